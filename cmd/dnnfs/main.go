@@ -1,0 +1,139 @@
+// Command dnnfs creates, mounts, checks and repairs dnnfs pools.
+//
+//	dnnfs mkfs  --pool PATH --size SIZE [--force]
+//	dnnfs mount --pool PATH MOUNTPOINT [--log-level LEVEL] [--allow-other] [--read-cache]
+//	dnnfs fsck  --pool PATH [--repair]
+//	dnnfs version
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// version is set by the Makefile (-ldflags "-X main.version=...").
+var version = "dev"
+
+// usageError is a bad command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// exitError carries a specific exit code (fsck: 1 = problems found).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+var commands = map[string]struct {
+	run  func(args []string) error
+	help string
+}{
+	"mkfs":    {runMkfs, "create a pool: --pool PATH --size SIZE [--force]"},
+	"mount":   {runMount, "mount a pool in the foreground: --pool PATH MOUNTPOINT"},
+	"fsck":    {runFsck, "check a pool (exit 0 clean, 1 problems, 2 could not run): --pool PATH [--repair]"},
+	"version": {runVersion, "print the version"},
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: dnnfs COMMAND [flags]\n\ncommands:")
+	for _, name := range []string{"mkfs", "mount", "fsck", "version"} {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", name, commands[name].help)
+	}
+	fmt.Fprintln(os.Stderr, "\nrun 'dnnfs COMMAND --help' for a command's flags")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "dnnfs: unknown command %q (commands: mkfs, mount, fsck, version)\n", os.Args[1])
+		os.Exit(2)
+	}
+	err := cmd.run(os.Args[2:])
+	if err == nil {
+		return
+	}
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	var ue usageError
+	var ee exitError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "dnnfs %s: %s\n", os.Args[1], msg)
+		os.Exit(2)
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintf(os.Stderr, "dnnfs %s: %s\n", os.Args[1], msg)
+		}
+		os.Exit(ee.code)
+	default:
+		fmt.Fprintf(os.Stderr, "dnnfs %s: %s\n", os.Args[1], msg)
+		os.Exit(1)
+	}
+}
+
+// newFlags returns a flag set whose parse errors become usage errors.
+func newFlags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	return fs
+}
+
+func parse(fs *pflag.FlagSet, args []string) error {
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+func runVersion(args []string) error {
+	fmt.Println("dnnfs", version)
+	return nil
+}
+
+// parseSize reads sizes like 8GiB, 512MiB, 1G, 4096.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"TB", 1000 * 1000 * 1000 * 1000},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(num), strings.ToUpper(u.suffix)) {
+			num, mult = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 63)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("cannot parse size %q (examples: 8GiB, 512MiB, 1073741824)", s)
+	}
+	if int64(n) > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(n) * mult, nil
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+func runMkfs(args []string) error {
+	fl := newFlags("mkfs")
+	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
+	sizeStr := fl.String("size", "", "pool size, e.g. 8GiB (required for a file; a DAX device uses its whole size)")
+	force := fl.Bool("force", false, "overwrite an existing pool")
+	if err := parse(fl, args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fl.Arg(0))}
+	}
+	if *poolPath == "" {
+		return usageError{"--pool is required"}
+	}
+	var size int64
+	if *sizeStr != "" {
+		var err error
+		if size, err = parseSize(*sizeStr); err != nil {
+			return usageError{err.Error()}
+		}
+		if size < format.MinPoolSize {
+			return fmt.Errorf("size %s: %w: the minimum is %d MiB", *sizeStr, pmem.ErrTooSmall, format.MinPoolSize>>20)
+		}
+		size = size / format.BlockSize * format.BlockSize
+	} else if st, err := os.Stat(*poolPath); err != nil || st.Mode().IsRegular() {
+		return usageError{"--size is required for a pool file"}
+	}
+	// An existing dnnfs pool is only overwritten with --force; say so
+	// before touching anything.
+	if err := pmem.Create(*poolPath, size, *force); err != nil {
+		return err
+	}
+	m, err := pmem.Open(*poolPath)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := pool.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
+		if errors.Is(err, pmem.ErrTooSmall) {
+			return fmt.Errorf("%s: %w", *poolPath, err)
+		}
+		return err
+	}
+	sb := mustSB(m)
+	fmt.Printf("created dnnfs pool %s: %d MiB (%s), %d inodes, %d data blocks of %d bytes\n",
+		*poolPath, m.Size()>>20, m.Kind(), sb.InodeCount-1, sb.Blocks-uint64(sb.DataStart), format.BlockSize)
+	return m.Close()
+}
+
+func mustSB(m pmem.Medium) format.Superblock {
+	sb, _, _ := pool.ReadSuperblock(m)
+	return sb
+}

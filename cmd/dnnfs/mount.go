@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+func newLogger(level, format string) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	switch format {
+	case "console":
+		cfg.Encoding = "console"
+	case "json":
+	default:
+		return nil, usageError{fmt.Sprintf("--log-format %q: want console or json", format)}
+	}
+	cfg.OutputPaths = []string{"stderr"}
+	return cfg.Build()
+}
+
+// isMountpoint reports whether dir is already a mount point (mountinfo).
+func isMountpoint(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<16), 1<<20)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) > 4 && unescapeMount(fields[4]) == dir {
+			return true, nil
+		}
+	}
+	return false, s.Err()
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+func runMount(args []string) error {
+	fl := newFlags("mount")
+	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
+	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fl.String("log-format", "console", "log format: console or json")
+	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
+	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
+	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
+	if err := parse(fl, args); err != nil {
+		return err
+	}
+	if *poolPath == "" {
+		return usageError{"--pool is required"}
+	}
+	if fl.NArg() != 1 {
+		return usageError{"want exactly one MOUNTPOINT argument"}
+	}
+	log, err := newLogger(*level, *logFormat)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	mnt, err := filepath.Abs(fl.Arg(0))
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(mnt)
+	switch {
+	case err != nil:
+		return fmt.Errorf("mountpoint %s: %w (create the directory first)", mnt, unwrapPathErr(err))
+	case !st.IsDir():
+		return fmt.Errorf("mountpoint %s is not a directory", mnt)
+	}
+	if busy, err := isMountpoint(mnt); err != nil {
+		return err
+	} else if busy {
+		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
+	}
+
+	m, err := pmem.Open(*poolPath)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	start := time.Now()
+	p, rep, err := pool.Open(m, pool.Options{Log: log})
+	if err != nil {
+		return fmt.Errorf("%s: %w", *poolPath, err)
+	}
+	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
+		zap.String("mountpoint", mnt), zap.Int("inodes", rep.Inodes),
+		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
+		zap.Duration("load_time", time.Since(start))}
+	if m.Kind() != pmem.Emulated {
+		fields = append(fields, zap.String("flush", pmem.FlushInstruction()))
+	}
+	if rep.ReplicaUsed {
+		log.Warn("primary superblock was bad; mounted from the replica and rewrote the primary",
+			zap.String("pool", *poolPath), zap.NamedError("primary_error", rep.PrimarySBError))
+	}
+	if !rep.WasClean {
+		log.Warn("pool was not unmounted cleanly; recovered",
+			zap.String("pool", *poolPath), zap.Int("journal_records_replayed", rep.ReplayedRecs),
+			zap.Int("orphans_freed", rep.OrphansFreed))
+	}
+	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache})
+	opts := dfs.MountOptions(*poolPath, *allowOther, log)
+	if os.Geteuid() != 0 {
+		opts.DirectMount = false // through fusermount3
+	}
+	server, err := gofs.Mount(mnt, root, opts)
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, err)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+	log.Info("mounted", fields...)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for sig := range sigs {
+			log.Info("unmounting", zap.String("signal", sig.String()), zap.String("mountpoint", mnt))
+			for i := 0; ; i++ {
+				err := server.Unmount()
+				if err == nil {
+					return
+				}
+				if i%20 == 0 {
+					log.Warn("unmount failed; retrying (close files and leave directories under the mountpoint)",
+						zap.String("mountpoint", mnt), zap.Error(err))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+	server.Wait()
+	if err := p.Close(); err != nil {
+		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))
+		return fmt.Errorf("closing %s: %w", *poolPath, err)
+	}
+	if err := m.Close(); err != nil {
+		return err
+	}
+	log.Info("unmounted cleanly", zap.String("pool", *poolPath), zap.String("mountpoint", mnt))
+	return nil
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}

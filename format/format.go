@@ -1,0 +1,673 @@
+// Package format defines the on-media layout of a dnnfs pool: every
+// constant, offset and codec lives here, and FORMAT.md documents the same
+// numbers (format_test.go checks that the two agree).
+//
+// All fields are little-endian at fixed offsets. Structures refer to each
+// other by block number (Blk) or inode number (Ino), never by pointer.
+// Every metadata structure carries a CRC-32C (Castagnoli) of its bytes; a
+// structure whose bytes are all zero is "free" and has no checksum.
+//
+// Region map (block = 4096 bytes):
+//
+//	block            contents
+//	0                superblock (primary)
+//	1                superblock (replica)
+//	2 .. 2+J-1       metadata journal (J blocks)
+//	I .. I+T-1       inode table (T blocks, 16 inodes of 256 bytes each)
+//	D .. N-1         data blocks: file data, directory blocks, extent
+//	                 overflow blocks, xattr regions
+//
+// Free space is not stored: it is rebuilt at every mount from the extents
+// and block pointers of live inodes, so it can never disagree with them.
+package format
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// On-media identities.
+type (
+	// Ino is an inode number: the index of an inode slot in the inode table.
+	// Slot 0 is never used, so 0 means "none"; the root directory is 1.
+	Ino uint64
+	// Blk is a block number counted from the start of the pool.
+	Blk uint64
+	// Off is a byte offset from the start of the pool.
+	Off uint64
+)
+
+// Geometry and identity constants.
+const (
+	BlockSize  = 4096
+	BlockShift = 12
+
+	Magic   uint64 = 0x314C4F5053464E44 // "DNFSPOL1" little-endian
+	Version uint32 = 1
+
+	SuperPrimary Blk = 0
+	SuperReplica Blk = 1
+	JournalStart Blk = 2
+
+	RootIno Ino = 1
+
+	MinPoolSize = 4 << 20 // smallest pool mkfs accepts
+)
+
+// Off returns the byte offset of block b.
+func (b Blk) Off() Off { return Off(b) << BlockShift }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the CRC-32C used by every structure.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+var le = binary.LittleEndian
+
+// Sentinel errors returned by decoders.
+var (
+	// ErrBadMagic: the bytes are not a dnnfs superblock (not a pool, or
+	// overwritten).
+	ErrBadMagic = errors.New("bad magic: not a dnnfs pool")
+	// ErrBadChecksum: a structure's stored CRC does not match its bytes
+	// (torn write or media corruption).
+	ErrBadChecksum = errors.New("checksum mismatch")
+	// ErrBadVersion: the pool was made by an incompatible dnnfs.
+	ErrBadVersion = errors.New("unsupported format version")
+	// ErrCorrupt: a field holds a value that cannot be (out of range, etc).
+	ErrCorrupt = errors.New("corrupt structure")
+)
+
+// ---------------------------------------------------------------------
+// Superblock
+
+// Superblock field offsets (FORMAT.md "Superblock").
+const (
+	SBMagic        = 0   // u64
+	SBVersion      = 8   // u32
+	SBBlockSize    = 12  // u32
+	SBBlocks       = 16  // u64 total blocks in the pool
+	SBUUID         = 24  // [16]byte
+	SBJournalStart = 40  // u64 Blk
+	SBJournalLen   = 48  // u64 blocks
+	SBInodeStart   = 56  // u64 Blk
+	SBInodeCount   = 64  // u64 inode slots (including unused slot 0)
+	SBDataStart    = 72  // u64 Blk
+	SBCreated      = 80  // i64 unix ns
+	SBState        = 88  // u64 StateClean / StateMounted
+	SBMountCount   = 96  // u64
+	SBMountTime    = 104 // i64 unix ns of the last mount
+	SBCRC          = 252 // u32 CRC-32C of bytes [0, 252)
+	SuperSize      = 256
+)
+
+// Superblock states.
+const (
+	StateClean   uint64 = 0 // unmounted cleanly: journal empty, no orphans
+	StateMounted uint64 = 1 // a daemon has it (or crashed with it)
+)
+
+// Superblock is the decoded superblock.
+type Superblock struct {
+	Blocks       uint64
+	UUID         [16]byte
+	JournalStart Blk
+	JournalLen   uint64
+	InodeStart   Blk
+	InodeCount   uint64
+	DataStart    Blk
+	Created      int64
+	State        uint64
+	MountCount   uint64
+	MountTime    int64
+}
+
+// InodesPerBlock is how many inode slots fit in a block.
+const InodesPerBlock = BlockSize / InodeSize
+
+// Geometry computes the layout of a pool of the given size in bytes.
+func Geometry(size int64) (Superblock, error) {
+	if size < MinPoolSize {
+		return Superblock{}, fmt.Errorf("%d bytes: smaller than the %d-byte minimum", size, MinPoolSize)
+	}
+	blocks := uint64(size) / BlockSize
+	// Journal: 1/64 of the pool, between 256 KiB and 16 MiB: it must hold
+	// the largest single metadata transaction.
+	jlen := blocks / 64
+	jlen = max(64, min(jlen, 4096))
+	// One inode per 64 KiB of pool, at least 1024, at most 4M.
+	icount := max(uint64(1024), min(uint64(size)/(64<<10), 4<<20))
+	icount = (icount + InodesPerBlock - 1) / InodesPerBlock * InodesPerBlock
+	iblocks := icount / InodesPerBlock
+	sb := Superblock{
+		Blocks:       blocks,
+		JournalStart: JournalStart,
+		JournalLen:   jlen,
+		InodeStart:   JournalStart + Blk(jlen),
+		InodeCount:   icount,
+	}
+	sb.DataStart = sb.InodeStart + Blk(iblocks)
+	if uint64(sb.DataStart)+16 > blocks {
+		return Superblock{}, fmt.Errorf("%d bytes: too small for the metadata regions", size)
+	}
+	return sb, nil
+}
+
+// Encode writes sb into b (at least SuperSize bytes) with its checksum.
+func (sb *Superblock) Encode(b []byte) {
+	clear(b[:SuperSize])
+	le.PutUint64(b[SBMagic:], Magic)
+	le.PutUint32(b[SBVersion:], Version)
+	le.PutUint32(b[SBBlockSize:], BlockSize)
+	le.PutUint64(b[SBBlocks:], sb.Blocks)
+	copy(b[SBUUID:SBUUID+16], sb.UUID[:])
+	le.PutUint64(b[SBJournalStart:], uint64(sb.JournalStart))
+	le.PutUint64(b[SBJournalLen:], sb.JournalLen)
+	le.PutUint64(b[SBInodeStart:], uint64(sb.InodeStart))
+	le.PutUint64(b[SBInodeCount:], sb.InodeCount)
+	le.PutUint64(b[SBDataStart:], uint64(sb.DataStart))
+	le.PutUint64(b[SBCreated:], uint64(sb.Created))
+	le.PutUint64(b[SBState:], sb.State)
+	le.PutUint64(b[SBMountCount:], sb.MountCount)
+	le.PutUint64(b[SBMountTime:], uint64(sb.MountTime))
+	le.PutUint32(b[SBCRC:], Checksum(b[:SBCRC]))
+}
+
+// DecodeSuperblock parses and validates a superblock. poolSize is the size
+// of the medium in bytes; the geometry must fit inside it.
+func DecodeSuperblock(b []byte, poolSize int64) (Superblock, error) {
+	var sb Superblock
+	if len(b) < SuperSize {
+		return sb, fmt.Errorf("superblock: %w: short buffer", ErrCorrupt)
+	}
+	if le.Uint64(b[SBMagic:]) != Magic {
+		return sb, ErrBadMagic
+	}
+	if got, want := le.Uint32(b[SBCRC:]), Checksum(b[:SBCRC]); got != want {
+		return sb, fmt.Errorf("superblock: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	if v := le.Uint32(b[SBVersion:]); v != Version {
+		return sb, fmt.Errorf("superblock: %w %d (this dnnfs reads %d)", ErrBadVersion, v, Version)
+	}
+	if bs := le.Uint32(b[SBBlockSize:]); bs != BlockSize {
+		return sb, fmt.Errorf("superblock: %w: block size %d", ErrCorrupt, bs)
+	}
+	sb.Blocks = le.Uint64(b[SBBlocks:])
+	copy(sb.UUID[:], b[SBUUID:SBUUID+16])
+	sb.JournalStart = Blk(le.Uint64(b[SBJournalStart:]))
+	sb.JournalLen = le.Uint64(b[SBJournalLen:])
+	sb.InodeStart = Blk(le.Uint64(b[SBInodeStart:]))
+	sb.InodeCount = le.Uint64(b[SBInodeCount:])
+	sb.DataStart = Blk(le.Uint64(b[SBDataStart:]))
+	sb.Created = int64(le.Uint64(b[SBCreated:]))
+	sb.State = le.Uint64(b[SBState:])
+	sb.MountCount = le.Uint64(b[SBMountCount:])
+	sb.MountTime = int64(le.Uint64(b[SBMountTime:]))
+	if err := sb.check(poolSize); err != nil {
+		return sb, fmt.Errorf("superblock: %w: %v", ErrCorrupt, err)
+	}
+	return sb, nil
+}
+
+func (sb *Superblock) check(poolSize int64) error {
+	switch {
+	case sb.Blocks == 0 || sb.Blocks > uint64(poolSize)/BlockSize:
+		return fmt.Errorf("%d blocks do not fit a %d-byte medium", sb.Blocks, poolSize)
+	case sb.JournalStart != JournalStart || sb.JournalLen < 2 || sb.JournalLen > 1<<20:
+		return fmt.Errorf("journal at block %d, %d blocks", sb.JournalStart, sb.JournalLen)
+	case uint64(sb.InodeStart) != uint64(sb.JournalStart)+sb.JournalLen:
+		return fmt.Errorf("inode table at block %d", sb.InodeStart)
+	case sb.InodeCount < 2 || sb.InodeCount%InodesPerBlock != 0 || sb.InodeCount > 1<<32:
+		return fmt.Errorf("inode count %d", sb.InodeCount)
+	case uint64(sb.DataStart) != uint64(sb.InodeStart)+sb.InodeCount/InodesPerBlock:
+		return fmt.Errorf("data start block %d", sb.DataStart)
+	case uint64(sb.DataStart) >= sb.Blocks:
+		return fmt.Errorf("data start %d beyond %d blocks", sb.DataStart, sb.Blocks)
+	case sb.State > StateMounted:
+		return fmt.Errorf("state %d", sb.State)
+	}
+	return nil
+}
+
+// InodeOff returns the byte offset of inode slot ino.
+func (sb *Superblock) InodeOff(ino Ino) Off {
+	return sb.InodeStart.Off() + Off(ino)*InodeSize
+}
+
+// ValidData reports whether blocks [b, b+n) all lie in the data region.
+func (sb *Superblock) ValidData(b Blk, n uint64) bool {
+	return b >= sb.DataStart && n <= sb.Blocks && uint64(b) <= sb.Blocks-n
+}
+
+// ---------------------------------------------------------------------
+// Journal
+
+// Journal header (first bytes of block JournalStart) and transaction
+// layout (from block JournalStart+1). See FORMAT.md "Metadata journal".
+const (
+	JHMagic  = 0  // u64 JournalMagic
+	JHCommit = 8  // u64 sequence number of the committed, not yet retired transaction; 0 = none
+	JHSize   = 16 // header bytes used
+
+	JournalMagic uint64 = 0x4C4E524A53464E44 // "DNFSJRNL"
+
+	TxSeq    = 0  // u64 sequence number (never 0)
+	TxCount  = 8  // u32 number of records
+	TxLen    = 12 // u32 bytes of records following the header
+	TxCRC    = 16 // u32 CRC-32C of [0,16) and the record bytes
+	TxHeader = 24 // header size; records follow
+
+	RecOff    = 0 // u64 target byte offset in the pool
+	RecLen    = 8 // u32 data length
+	RecHeader = 16
+	// Record data is padded to 8 bytes.
+)
+
+// ---------------------------------------------------------------------
+// Inode
+
+// Inode field offsets (FORMAT.md "Inode").
+const (
+	InodeSize     = 256
+	INCRC         = 0   // u32 CRC-32C of [4, 256)
+	INMode        = 4   // u32 file type and permission bits (S_IFMT|0777 and suid/sgid/sticky)
+	INUID         = 8   // u32
+	INGID         = 12  // u32
+	INNlink       = 16  // u32
+	INFlags       = 20  // u32 InodeOrphan
+	INSize        = 24  // u64 bytes
+	INGen         = 32  // u64 generation
+	INAtime       = 40  // i64 ns
+	INMtime       = 48  // i64 ns
+	INCtime       = 56  // i64 ns
+	INXattr       = 64  // u64 Blk of the first block of the xattr region, 0 = none
+	INOverflow    = 72  // u64 Blk of the first extent overflow block, 0 = none
+	INExtentCount = 80  // u32 extents in total (inline + overflow)
+	INInline      = 88  // InlineExtents x ExtentSize
+	INSession     = 184 // 72 bytes reserved for the segmented-I/O session (Process_num, F_flag, F_log_addr)
+	InlineExtents = 4
+	ExtentSize    = 24
+)
+
+// Inode flags.
+const (
+	// InodeOrphan: unlinked while open; freed when the last handle closes,
+	// or at the next mount.
+	InodeOrphan uint32 = 1 << 0
+)
+
+// File types as stored in INMode (same values as Linux S_IFMT).
+const (
+	ModeType uint32 = 0o170000
+	ModeReg  uint32 = 0o100000
+	ModeDir  uint32 = 0o040000
+	ModeLnk  uint32 = 0o120000
+	ModePerm uint32 = 0o7777
+)
+
+// Extent maps Len blocks of a file starting at file block Logical to pool
+// blocks starting at Phys.
+type Extent struct {
+	Logical uint64
+	Phys    Blk
+	Len     uint64
+}
+
+// End is the first file block after the extent.
+func (e Extent) End() uint64 { return e.Logical + e.Len }
+
+// Extent field offsets within its 24 bytes.
+const (
+	EXLogical = 0
+	EXPhys    = 8
+	EXLen     = 16
+)
+
+func encodeExtent(b []byte, e Extent) {
+	le.PutUint64(b[EXLogical:], e.Logical)
+	le.PutUint64(b[EXPhys:], uint64(e.Phys))
+	le.PutUint64(b[EXLen:], e.Len)
+}
+
+func decodeExtent(b []byte) Extent {
+	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: le.Uint64(b[EXLen:])}
+}
+
+// Inode is the decoded persistent part of an inode.
+type Inode struct {
+	Mode     uint32
+	UID, GID uint32
+	Nlink    uint32
+	Flags    uint32
+	Size     uint64
+	Gen      uint64
+	Atime    int64
+	Mtime    int64
+	Ctime    int64
+	Xattr    Blk
+	Overflow Blk
+	Extents  uint32 // total extent count
+	Inline   [InlineExtents]Extent
+	Session  [InodeSize - INSession]byte
+}
+
+// IsDir etc. report the file type.
+func (in *Inode) IsDir() bool     { return in.Mode&ModeType == ModeDir }
+func (in *Inode) IsReg() bool     { return in.Mode&ModeType == ModeReg }
+func (in *Inode) IsSymlink() bool { return in.Mode&ModeType == ModeLnk }
+
+// Encode writes the inode into b (InodeSize bytes) with its checksum.
+func (in *Inode) Encode(b []byte) {
+	b = b[:InodeSize]
+	clear(b)
+	le.PutUint32(b[INMode:], in.Mode)
+	le.PutUint32(b[INUID:], in.UID)
+	le.PutUint32(b[INGID:], in.GID)
+	le.PutUint32(b[INNlink:], in.Nlink)
+	le.PutUint32(b[INFlags:], in.Flags)
+	le.PutUint64(b[INSize:], in.Size)
+	le.PutUint64(b[INGen:], in.Gen)
+	le.PutUint64(b[INAtime:], uint64(in.Atime))
+	le.PutUint64(b[INMtime:], uint64(in.Mtime))
+	le.PutUint64(b[INCtime:], uint64(in.Ctime))
+	le.PutUint64(b[INXattr:], uint64(in.Xattr))
+	le.PutUint64(b[INOverflow:], uint64(in.Overflow))
+	le.PutUint32(b[INExtentCount:], in.Extents)
+	for i, e := range in.Inline {
+		encodeExtent(b[INInline+i*ExtentSize:], e)
+	}
+	copy(b[INSession:], in.Session[:])
+	le.PutUint32(b[INCRC:], Checksum(b[4:]))
+}
+
+// IsZero reports whether b (an inode slot) is all zero, i.e. free.
+func IsZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeInode parses an inode slot. A free (all-zero) slot decodes to an
+// Inode with Mode 0 and no error.
+func DecodeInode(b []byte) (Inode, error) {
+	var in Inode
+	if len(b) < InodeSize {
+		return in, fmt.Errorf("inode: %w: short buffer", ErrCorrupt)
+	}
+	b = b[:InodeSize]
+	if IsZero(b) {
+		return in, nil
+	}
+	if got, want := le.Uint32(b[INCRC:]), Checksum(b[4:]); got != want {
+		return in, fmt.Errorf("inode: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	in.Mode = le.Uint32(b[INMode:])
+	in.UID = le.Uint32(b[INUID:])
+	in.GID = le.Uint32(b[INGID:])
+	in.Nlink = le.Uint32(b[INNlink:])
+	in.Flags = le.Uint32(b[INFlags:])
+	in.Size = le.Uint64(b[INSize:])
+	in.Gen = le.Uint64(b[INGen:])
+	in.Atime = int64(le.Uint64(b[INAtime:]))
+	in.Mtime = int64(le.Uint64(b[INMtime:]))
+	in.Ctime = int64(le.Uint64(b[INCtime:]))
+	in.Xattr = Blk(le.Uint64(b[INXattr:]))
+	in.Overflow = Blk(le.Uint64(b[INOverflow:]))
+	in.Extents = le.Uint32(b[INExtentCount:])
+	for i := range in.Inline {
+		in.Inline[i] = decodeExtent(b[INInline+i*ExtentSize:])
+	}
+	copy(in.Session[:], b[INSession:])
+	switch in.Mode & ModeType {
+	case ModeReg, ModeDir, ModeLnk:
+	default:
+		return in, fmt.Errorf("inode: %w: file type %#o", ErrCorrupt, in.Mode&ModeType)
+	}
+	if in.Size > 1<<62 {
+		return in, fmt.Errorf("inode: %w: size %d", ErrCorrupt, in.Size)
+	}
+	return in, nil
+}
+
+// ---------------------------------------------------------------------
+// Extent overflow block
+
+// Overflow block layout (FORMAT.md "Extent overflow block").
+const (
+	OVCRC        = 0  // u32 CRC-32C of [4, 4096)
+	OVCount      = 4  // u32 extents in this block
+	OVNext       = 8  // u64 Blk of the next overflow block, 0 = last
+	OVExtents    = 16 // OverflowSlots x ExtentSize
+	OverflowSlot = (BlockSize - OVExtents) / ExtentSize
+)
+
+// EncodeOverflow fills a block with up to OverflowSlot extents.
+func EncodeOverflow(b []byte, exts []Extent, next Blk) {
+	b = b[:BlockSize]
+	clear(b)
+	le.PutUint32(b[OVCount:], uint32(len(exts)))
+	le.PutUint64(b[OVNext:], uint64(next))
+	for i, e := range exts {
+		encodeExtent(b[OVExtents+i*ExtentSize:], e)
+	}
+	le.PutUint32(b[OVCRC:], Checksum(b[4:]))
+}
+
+// DecodeOverflow parses an overflow block.
+func DecodeOverflow(b []byte) (exts []Extent, next Blk, err error) {
+	if len(b) < BlockSize {
+		return nil, 0, fmt.Errorf("extent block: %w: short buffer", ErrCorrupt)
+	}
+	if got, want := le.Uint32(b[OVCRC:]), Checksum(b[4:BlockSize]); got != want {
+		return nil, 0, fmt.Errorf("extent block: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	n := le.Uint32(b[OVCount:])
+	if n > OverflowSlot {
+		return nil, 0, fmt.Errorf("extent block: %w: %d extents", ErrCorrupt, n)
+	}
+	exts = make([]Extent, n)
+	for i := range exts {
+		exts[i] = decodeExtent(b[OVExtents+i*ExtentSize:])
+	}
+	return exts, Blk(le.Uint64(b[OVNext:])), nil
+}
+
+// ---------------------------------------------------------------------
+// Directory blocks
+
+// A directory's data is a sequence of blocks of fixed-size entry slots.
+// Slot i of the directory is in block i/DirentsPerBlock. A slot whose bytes
+// are all zero is free. See FORMAT.md "Directory entry".
+const (
+	DirentSize      = 272
+	DirentsPerBlock = BlockSize / DirentSize // 15; the last 16 bytes of a block are unused
+	DECRC           = 0                      // u32 CRC-32C of [4, 272)
+	DENameLen       = 4                      // u8 1..255
+	DEType          = 5                      // u8 DT_* of the target
+	DEIno           = 8                      // u64
+	DEName          = 16                     // [255]byte
+	MaxNameLen      = 255
+)
+
+// Dirent types (Linux DT_*).
+const (
+	DTDir uint8 = 4
+	DTReg uint8 = 8
+	DTLnk uint8 = 10
+)
+
+// DTOf returns the dirent type for an inode mode.
+func DTOf(mode uint32) uint8 {
+	switch mode & ModeType {
+	case ModeDir:
+		return DTDir
+	case ModeLnk:
+		return DTLnk
+	}
+	return DTReg
+}
+
+// Dirent is a decoded directory entry.
+type Dirent struct {
+	Name string
+	Type uint8
+	Ino  Ino
+}
+
+// DirentOff returns the byte offset of slot i inside the directory's data.
+func DirentOff(slot uint64) uint64 {
+	return slot/DirentsPerBlock*BlockSize + slot%DirentsPerBlock*DirentSize
+}
+
+// Encode writes the entry into b (DirentSize bytes).
+func (d *Dirent) Encode(b []byte) {
+	b = b[:DirentSize]
+	clear(b)
+	b[DENameLen] = uint8(len(d.Name))
+	b[DEType] = d.Type
+	le.PutUint64(b[DEIno:], uint64(d.Ino))
+	copy(b[DEName:], d.Name)
+	le.PutUint32(b[DECRC:], Checksum(b[4:]))
+}
+
+// DecodeDirent parses a slot; ok is false for a free slot.
+func DecodeDirent(b []byte) (d Dirent, ok bool, err error) {
+	if len(b) < DirentSize {
+		return d, false, fmt.Errorf("dirent: %w: short buffer", ErrCorrupt)
+	}
+	b = b[:DirentSize]
+	if IsZero(b) {
+		return d, false, nil
+	}
+	if got, want := le.Uint32(b[DECRC:]), Checksum(b[4:]); got != want {
+		return d, false, fmt.Errorf("dirent: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	n := int(b[DENameLen])
+	if n == 0 {
+		return d, false, fmt.Errorf("dirent: %w: empty name", ErrCorrupt)
+	}
+	d.Name = string(b[DEName : DEName+n])
+	d.Type = b[DEType]
+	d.Ino = Ino(le.Uint64(b[DEIno:]))
+	if d.Ino == 0 {
+		return d, false, fmt.Errorf("dirent %q: %w: inode 0", d.Name, ErrCorrupt)
+	}
+	for i := 0; i < len(d.Name); i++ {
+		if d.Name[i] == '/' || d.Name[i] == 0 {
+			return d, false, fmt.Errorf("dirent: %w: name contains %q", ErrCorrupt, d.Name[i])
+		}
+	}
+	if d.Name == "." || d.Name == ".." {
+		return d, false, fmt.Errorf("dirent: %w: reserved name %q", ErrCorrupt, d.Name)
+	}
+	return d, true, nil
+}
+
+// ---------------------------------------------------------------------
+// Xattr block
+
+// An inode's extended attributes live packed in one region of XABlocks
+// contiguous blocks (1..XAMaxBlocks). See FORMAT.md "Xattr region".
+const (
+	XACRC     = 0  // u32 CRC-32C of [4, XABlocks*4096)
+	XACount   = 4  // u16 entries
+	XABlocks  = 6  // u16 blocks in the region
+	XAUsed    = 8  // u32 bytes of entries after the header
+	XAEntries = 12 // first entry
+	// Entry: u8 name length, u8 reserved, u16 value length, name, value.
+	XAEntryHeader = 4
+	XAMaxBlocks   = 17 // room for one 65535-byte value with its name
+	XAMaxValue    = 65535
+)
+
+// Xattr is one extended attribute.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// XattrBlocks returns how many blocks the attributes need, or 0 if they
+// exceed the largest region.
+func XattrBlocks(xs []Xattr) int {
+	n := XAEntries
+	for _, x := range xs {
+		n += XAEntryHeader + len(x.Name) + len(x.Value)
+	}
+	b := (n + BlockSize - 1) / BlockSize
+	if b > XAMaxBlocks {
+		return 0
+	}
+	return b
+}
+
+// EncodeXattrs writes the attributes into b, a region of len(b)/BlockSize
+// blocks that the caller sized with XattrBlocks.
+func EncodeXattrs(b []byte, xs []Xattr) {
+	clear(b)
+	p := XAEntries
+	for _, x := range xs {
+		b[p] = uint8(len(x.Name))
+		le.PutUint16(b[p+2:], uint16(len(x.Value)))
+		p += XAEntryHeader
+		p += copy(b[p:], x.Name)
+		p += copy(b[p:], x.Value)
+	}
+	le.PutUint16(b[XACount:], uint16(len(xs)))
+	le.PutUint16(b[XABlocks:], uint16(len(b)/BlockSize))
+	le.PutUint32(b[XAUsed:], uint32(p-XAEntries))
+	le.PutUint32(b[XACRC:], Checksum(b[4:]))
+}
+
+// XattrRegionBlocks reads the block count from a region's first block
+// (unverified: DecodeXattrs checks it).
+func XattrRegionBlocks(first []byte) int {
+	if len(first) < XAEntries {
+		return 0
+	}
+	return int(le.Uint16(first[XABlocks:]))
+}
+
+// DecodeXattrs parses an xattr region; b must hold at least the number of
+// blocks its header names.
+func DecodeXattrs(b []byte) ([]Xattr, error) {
+	nb := XattrRegionBlocks(b)
+	if nb < 1 || nb > XAMaxBlocks {
+		return nil, fmt.Errorf("xattr region: %w: %d blocks", ErrCorrupt, nb)
+	}
+	if len(b) < nb*BlockSize {
+		return nil, fmt.Errorf("xattr region: %w: short buffer", ErrCorrupt)
+	}
+	b = b[:nb*BlockSize]
+	if got, want := le.Uint32(b[XACRC:]), Checksum(b[4:]); got != want {
+		return nil, fmt.Errorf("xattr region: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	n := int(le.Uint16(b[XACount:]))
+	used := int(le.Uint32(b[XAUsed:]))
+	if used > len(b)-XAEntries {
+		return nil, fmt.Errorf("xattr region: %w: %d bytes used", ErrCorrupt, used)
+	}
+	xs := make([]Xattr, 0, n)
+	p, end := XAEntries, XAEntries+used
+	for i := 0; i < n; i++ {
+		if p+XAEntryHeader > end {
+			return nil, fmt.Errorf("xattr region: %w: entry %d past the end", ErrCorrupt, i)
+		}
+		nl, vl := int(b[p]), int(le.Uint16(b[p+2:]))
+		p += XAEntryHeader
+		if nl == 0 || p+nl+vl > end {
+			return nil, fmt.Errorf("xattr region: %w: entry %d length", ErrCorrupt, i)
+		}
+		x := Xattr{Name: string(b[p : p+nl]), Value: append([]byte{}, b[p+nl:p+nl+vl]...)}
+		p += nl + vl
+		xs = append(xs, x)
+	}
+	if p != end {
+		return nil, fmt.Errorf("xattr region: %w: %d bytes unaccounted", ErrCorrupt, end-p)
+	}
+	return xs, nil
+}

@@ -1,0 +1,166 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+// handle is an open file.
+type handle struct {
+	appendMode bool
+}
+
+func (n *node) open(in *pool.Inode, flags uint32) (gofs.FileHandle, uint32) {
+	n.p.Opened(in)
+	h := &handle{appendMode: flags&syscall.O_APPEND != 0}
+	if n.opts.ReadCache && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return h, fuse.FOPEN_KEEP_CACHE
+	}
+	// Direct I/O: reads are served from the pool mapping without a page
+	// cache copy, and parallel writers to one file are not serialised by
+	// the kernel.
+	return h, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if n.in.IsDir() {
+		return nil, 0, syscall.EISDIR
+	}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if err := n.p.Truncate(n.in, 0); err != nil {
+			return nil, 0, n.fail("open(O_TRUNC)", err)
+		}
+	}
+	fh, fl := n.open(n.in, flags)
+	return fh, fl, 0
+}
+
+// readResult hands slices of the pool mapping to go-fuse, which writes
+// them to the kernel with writev; Done releases the file's read lock
+// afterwards, so no writer changes the bytes while they are in flight.
+type readResult struct {
+	data [][]byte
+	size int
+	done func()
+}
+
+func (r *readResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if len(r.data) == 1 {
+		return r.data[0], fuse.OK
+	}
+	p := 0
+	for _, d := range r.data {
+		p += copy(buf[p:], d)
+	}
+	return buf[:p], fuse.OK
+}
+func (r *readResult) Size() int                       { return r.size }
+func (r *readResult) Done()                           { r.done() }
+func (r *readResult) Slices() ([][]byte, fuse.Status) { return r.data, fuse.OK }
+
+func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	data, done, err := n.p.Read(n.in, off, len(dest))
+	if err != nil {
+		return nil, n.fail("read", err)
+	}
+	size := 0
+	for _, d := range data {
+		size += len(d)
+	}
+	return &readResult{data: data, size: size, done: done}, 0
+}
+
+func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	h, _ := fh.(*handle)
+	k, err := n.p.Write(n.in, off, data, h != nil && h.appendMode)
+	if err != nil {
+		e := errno(err)
+		if e == syscall.EIO {
+			n.opts.Log.Error("write failed", zap.Uint64("ino", uint64(n.in.Ino)), zap.Int64("offset", off),
+				zap.Int("bytes", len(data)), zap.Error(err))
+		}
+		return uint32(k), e
+	}
+	return uint32(k), 0
+}
+
+func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	return n.fail("fallocate", n.p.Fallocate(n.in, off, size, mode))
+}
+
+func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
+
+func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return n.fail("fsync", n.p.Fsync(n.in))
+}
+
+func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if err := n.p.Released(n.in); err != nil {
+		n.opts.Log.Error("release failed; the inode stays an orphan until the next mount frees it",
+			zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+	}
+	return 0
+}
+
+// ---------------------------------------------------------------------
+// Directories
+
+// dirHandle lists a directory by slot position: "." and ".." first, then
+// slot s at offset s+3. Slots never move, so a concurrent create, unlink
+// or rename never makes an untouched entry vanish or repeat.
+type dirHandle struct {
+	n   *node
+	pos uint64 // next offset to return
+}
+
+var (
+	_ = (gofs.FileReaddirenter)((*dirHandle)(nil))
+	_ = (gofs.FileSeekdirer)((*dirHandle)(nil))
+	_ = (gofs.FileFsyncdirer)((*dirHandle)(nil))
+	_ = (gofs.FileReleasedirer)((*dirHandle)(nil))
+)
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if !n.in.IsDir() {
+		return nil, 0, syscall.ENOTDIR
+	}
+	return &dirHandle{n: n}, 0, 0
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	switch d.pos {
+	case 0:
+		d.pos = 1
+		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: uint64(d.n.in.Ino), Off: 1}, 0
+	case 1:
+		d.pos = 2
+		ino := uint64(d.n.in.Ino)
+		if p := d.n.p.Parent(d.n.in); p != nil {
+			ino = uint64(p.Ino)
+		}
+		return &fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: ino, Off: 2}, 0
+	}
+	e, ok := d.n.p.ReadDir(d.n.in, d.pos-2)
+	if !ok {
+		return nil, 0
+	}
+	d.pos = e.Next + 2
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: uint64(e.Ino), Off: d.pos}, 0
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.pos = off
+	return 0
+}
+
+// Fsyncdir has nothing to do: every directory change is durable when its
+// operation returns.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }
+
+func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {}

@@ -1,0 +1,290 @@
+// Package fs is the FUSE face of a dnnfs pool: go-fuse node operations
+// translating POSIX requests into pool.FS calls. syscall.Errno appears
+// only here, at the boundary (errno.go maps pool errors).
+package fs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+// Options configure the FUSE layer.
+type Options struct {
+	Log *zap.Logger
+	// ReadCache lets read-only opens use the kernel page cache
+	// (FOPEN_KEEP_CACHE) instead of direct I/O.
+	ReadCache bool
+}
+
+// node is one inode as go-fuse sees it.
+type node struct {
+	gofs.Inode
+	p    *pool.FS
+	in   *pool.Inode
+	opts *Options
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*node)(nil))
+	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeCreater)((*node)(nil))
+	_ = (gofs.NodeMknoder)((*node)(nil))
+	_ = (gofs.NodeMkdirer)((*node)(nil))
+	_ = (gofs.NodeSymlinker)((*node)(nil))
+	_ = (gofs.NodeLinker)((*node)(nil))
+	_ = (gofs.NodeReadlinker)((*node)(nil))
+	_ = (gofs.NodeUnlinker)((*node)(nil))
+	_ = (gofs.NodeRmdirer)((*node)(nil))
+	_ = (gofs.NodeRenamer)((*node)(nil))
+	_ = (gofs.NodeOpener)((*node)(nil))
+	_ = (gofs.NodeReader)((*node)(nil))
+	_ = (gofs.NodeWriter)((*node)(nil))
+	_ = (gofs.NodeFsyncer)((*node)(nil))
+	_ = (gofs.NodeFlusher)((*node)(nil))
+	_ = (gofs.NodeReleaser)((*node)(nil))
+	_ = (gofs.NodeAllocater)((*node)(nil))
+	_ = (gofs.NodeStatfser)((*node)(nil))
+	_ = (gofs.NodeGetxattrer)((*node)(nil))
+	_ = (gofs.NodeSetxattrer)((*node)(nil))
+	_ = (gofs.NodeListxattrer)((*node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*node)(nil))
+	_ = (gofs.NodeOpendirHandler)((*node)(nil))
+)
+
+// Root returns the root node for gofs.Mount.
+func Root(p *pool.FS, opts Options) gofs.InodeEmbedder {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	return &node{p: p, in: p.Root(), opts: &opts}
+}
+
+// MountOptions returns the go-fuse options dnnfs mounts with.
+func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Options {
+	sec := time.Second
+	zero := time.Duration(0)
+	return &gofs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:     poolPath,
+			Name:       "dnnfs",
+			MaxWrite:   1 << 20,
+			AllowOther: allowOther,
+			// Permission checks by the kernel from our mode bits.
+			Options:       []string{"default_permissions"},
+			DirectMount:   true,
+			MaxBackground: 64,
+			// Shared mmap of direct-I/O files (kernel >= 6.6).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			DisableXAttrs:     false,
+		},
+		EntryTimeout:    &sec,
+		AttrTimeout:     &sec,
+		NegativeTimeout: &zero,
+		RootStableAttr:  &gofs.StableAttr{Ino: uint64(format.RootIno), Gen: 1},
+	}
+}
+
+func (n *node) child(ctx context.Context, in *pool.Inode, out *fuse.EntryOut) *gofs.Inode {
+	a := in.Attr()
+	fillAttr(&a, &out.Attr)
+	nn := &node{p: n.p, in: in, opts: n.opts}
+	return n.NewInode(ctx, nn, gofs.StableAttr{Mode: a.Mode & format.ModeType, Ino: uint64(a.Ino), Gen: a.Gen})
+}
+
+func fillAttr(a *pool.Attr, out *fuse.Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Blksize = format.BlockSize
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	in, err := n.p.Lookup(n.in, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, in, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a := n.in.Attr()
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var sa pool.SetAttr
+	if m, ok := in.GetMode(); ok {
+		sa.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		sa.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		sa.GID = &g
+	}
+	if t, ok := in.GetATime(); ok {
+		sa.Atime = &t
+	}
+	if t, ok := in.GetMTime(); ok {
+		sa.Mtime = &t
+	}
+	if s, ok := in.GetSize(); ok {
+		sa.Size = &s
+	}
+	if err := n.p.Setattr(n.in, sa); err != nil {
+		return n.fail("setattr", err)
+	}
+	a := n.in.Attr()
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+// fail logs an unexpected error (not a plain ENOENT/EEXIST answer) and
+// maps it.
+func (n *node) fail(op string, err error) syscall.Errno {
+	e := errno(err)
+	if e == syscall.EIO {
+		n.opts.Log.Error("operation failed", zap.String("op", op), zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+	}
+	return e
+}
+
+func (n *node) create(ctx context.Context, name string, mode uint32, target string, out *fuse.EntryOut) (*gofs.Inode, *pool.Inode, syscall.Errno) {
+	uid, gid := caller(ctx)
+	in, err := n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target})
+	if err != nil {
+		return nil, nil, n.fail("create", err)
+	}
+	return n.child(ctx, in, out), in, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ch, in, e := n.create(ctx, name, format.ModeReg|mode&format.ModePerm, "", out)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	fh, fl := n.open(in, flags)
+	return ch, fh, fl, 0
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if mode&format.ModeType != format.ModeReg {
+		return nil, syscall.EPERM // devices, fifos and sockets are not parameter files
+	}
+	ch, _, e := n.create(ctx, name, mode, "", out)
+	return ch, e
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch, _, e := n.create(ctx, name, format.ModeDir|mode&format.ModePerm, "", out)
+	return ch, e
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch, _, e := n.create(ctx, name, format.ModeLnk|0o777, target, out)
+	return ch, e
+}
+
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	if err := n.p.Link(t.in, n.in, name); err != nil {
+		return nil, n.fail("link", err)
+	}
+	return n.child(ctx, t.in, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	s, err := n.p.Readlink(n.in)
+	if err != nil {
+		return nil, n.fail("readlink", err)
+	}
+	return []byte(s), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.fail("unlink", n.p.Unlink(n.in, name))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.fail("rmdir", n.p.Rmdir(n.in, name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return n.fail("rename", n.p.Rename(n.in, name, np.in, newName, flags))
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s := n.p.Statfs()
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Free, s.Free
+	out.Files, out.Ffree = s.Files, s.FFree
+	out.Bsize, out.Frsize = s.BlockSize, s.BlockSize
+	out.NameLen = s.NameLen
+	return 0
+}
+
+// ---------------------------------------------------------------------
+// Extended attributes
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, err := n.p.Getxattr(n.in, attr)
+	if err != nil {
+		return 0, errno(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.fail("setxattr", n.p.Setxattr(n.in, attr, data, flags))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var size int
+	for _, name := range n.p.Listxattr(n.in) {
+		size += len(name) + 1
+	}
+	if len(dest) < size {
+		return uint32(size), syscall.ERANGE
+	}
+	p := 0
+	for _, name := range n.p.Listxattr(n.in) {
+		p += copy(dest[p:], name)
+		dest[p] = 0
+		p++
+	}
+	return uint32(p), 0
+}

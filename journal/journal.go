@@ -1,0 +1,254 @@
+// Package journal makes metadata changes atomic across a crash with a
+// physical redo log in the pool's journal region.
+//
+// A transaction is a list of (pool offset, bytes) records. Commit:
+//
+//	step  store                                           then
+//	1     header + records into the transaction area      Persist
+//	2     8-byte commit word = transaction's sequence no. Persist   <- commit point
+//	3     each record's bytes to its target offset        Flush each, one Fence
+//	4     8-byte commit word = 0 (retired)                Persist
+//
+// Recovery (Replay) after a crash: a zero commit word means nothing to do
+// (a crash before step 2 leaves the targets untouched; after step 4 they
+// are complete). A non-zero word names a transaction whose records are all
+// persisted (step 1 precedes step 2): they are applied again, which is
+// idempotent, and the word is cleared.
+//
+// Layout (offsets in bytes from the start of the journal region):
+//
+//	offset  size  field
+//	0       8     magic "DNFSJRNL"
+//	8       8     commit word (sequence number, 0 = none)
+//	4096    24    transaction header: seq u64, count u32, len u32, crc u32, pad u32
+//	4120    ...   records: off u64, len u32, pad u32, data padded to 8 bytes
+//
+// The CRC (CRC-32C over the header's first 16 bytes and all record bytes)
+// lets Replay tell a committed transaction from damaged media.
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/pmem"
+)
+
+var le = binary.LittleEndian
+
+// Sentinel errors.
+var (
+	// ErrTooLarge: a transaction does not fit the journal region; nothing
+	// was written. The operation must be split or refused (ENOSPC).
+	ErrTooLarge = errors.New("metadata transaction larger than the journal")
+	// ErrBadJournal: the journal header is not a journal (bad magic), or a
+	// committed transaction fails its checksum. The pool needs fsck.
+	ErrBadJournal = errors.New("journal damaged")
+)
+
+// Journal is the DRAM handle of the journal region.
+type Journal struct {
+	m      pmem.Medium
+	start  format.Off // first byte of the region
+	length int64      // bytes in the region
+
+	mu  sync.Mutex // serialises transactions; see the lock order in pool
+	seq uint64
+	buf []byte
+
+	commits atomic.Uint64
+	bytes   atomic.Uint64
+}
+
+// Format writes an empty journal.
+func Format(m pmem.Medium, sb *format.Superblock) {
+	start := sb.JournalStart.Off()
+	b := m.Bytes()[start : start+format.BlockSize*2]
+	clear(b)
+	le.PutUint64(b[format.JHMagic:], format.JournalMagic)
+	m.Persist(int64(start), int64(len(b)))
+}
+
+// Open attaches to the journal region of a formatted pool.
+func Open(m pmem.Medium, sb *format.Superblock) (*Journal, error) {
+	j := &Journal{m: m, start: sb.JournalStart.Off(), length: int64(sb.JournalLen) * format.BlockSize}
+	if int64(j.start)+j.length > m.Size() {
+		return nil, fmt.Errorf("%w: region beyond the pool", ErrBadJournal)
+	}
+	if got := le.Uint64(j.region()[format.JHMagic:]); got != format.JournalMagic {
+		return nil, fmt.Errorf("%w: bad magic %#x at byte %d", ErrBadJournal, got, j.start)
+	}
+	return j, nil
+}
+
+func (j *Journal) region() []byte {
+	return j.m.Bytes()[j.start : int64(j.start)+j.length]
+}
+
+func (j *Journal) commitWord() *uint64 {
+	return (*uint64)(unsafe.Pointer(&j.region()[format.JHCommit]))
+}
+
+// Capacity is the largest payload (record headers and data) one
+// transaction can carry.
+func (j *Journal) Capacity() int {
+	return int(j.length) - format.BlockSize - format.TxHeader
+}
+
+// Pending reports whether a committed transaction awaits replay.
+func (j *Journal) Pending() bool { return atomic.LoadUint64(j.commitWord()) != 0 }
+
+// Replay applies a committed but unretired transaction, if any, and
+// returns how many records it applied.
+func (j *Journal) Replay() (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	seq := atomic.LoadUint64(j.commitWord())
+	if seq == 0 {
+		return 0, nil
+	}
+	recs, err := j.decodeLocked(seq)
+	if err != nil {
+		return 0, err
+	}
+	j.applyLocked(recs)
+	j.retireLocked()
+	j.seq = seq
+	return len(recs), nil
+}
+
+type record struct {
+	off  format.Off
+	data []byte
+}
+
+// decodeLocked parses and validates the transaction area for seq.
+func (j *Journal) decodeLocked(seq uint64) ([]record, error) {
+	r := j.region()
+	tx := r[format.BlockSize:]
+	if got := le.Uint64(tx[format.TxSeq:]); got != seq {
+		return nil, fmt.Errorf("%w: commit word names transaction %d, area holds %d", ErrBadJournal, seq, got)
+	}
+	count := le.Uint32(tx[format.TxCount:])
+	n := int(le.Uint32(tx[format.TxLen:]))
+	if n > len(tx)-format.TxHeader {
+		return nil, fmt.Errorf("%w: transaction %d claims %d bytes", ErrBadJournal, seq, n)
+	}
+	body := tx[format.TxHeader : format.TxHeader+n]
+	crc := format.Checksum(append(append([]byte{}, tx[:16]...), body...))
+	if got := le.Uint32(tx[format.TxCRC:]); got != crc {
+		return nil, fmt.Errorf("%w: transaction %d checksum stored %08x computed %08x", ErrBadJournal, seq, got, crc)
+	}
+	recs := make([]record, 0, count)
+	p := 0
+	size := uint64(j.m.Size())
+	for i := uint32(0); i < count; i++ {
+		if p+format.RecHeader > len(body) {
+			return nil, fmt.Errorf("%w: record %d past the end", ErrBadJournal, i)
+		}
+		off := le.Uint64(body[p+format.RecOff:])
+		l := int(le.Uint32(body[p+format.RecLen:]))
+		p += format.RecHeader
+		if l > len(body)-p || off > size || uint64(l) > size-off || off < uint64(j.start)+uint64(j.length) {
+			return nil, fmt.Errorf("%w: record %d (offset %d, %d bytes) out of range", ErrBadJournal, i, off, l)
+		}
+		recs = append(recs, record{off: format.Off(off), data: body[p : p+l]})
+		p += pad8(l)
+	}
+	return recs, nil
+}
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+func (j *Journal) applyLocked(recs []record) {
+	b := j.m.Bytes()
+	for _, r := range recs {
+		copy(b[r.off:], r.data)
+		j.m.Flush(int64(r.off), int64(len(r.data)))
+	}
+	j.m.Fence()
+}
+
+func (j *Journal) retireLocked() {
+	atomic.StoreUint64(j.commitWord(), 0)
+	j.m.Persist(int64(j.start)+format.JHCommit, 8)
+}
+
+// Tx collects the records of one transaction. It is not safe for
+// concurrent use; Commit hands it to the journal.
+type Tx struct {
+	j    *Journal
+	recs []record
+	size int
+}
+
+// Begin starts a transaction.
+func (j *Journal) Begin() *Tx { return &Tx{j: j} }
+
+// Write adds a record: at commit, data is stored at pool offset off.
+// data is copied.
+func (tx *Tx) Write(off format.Off, data []byte) {
+	tx.recs = append(tx.recs, record{off: off, data: append([]byte(nil), data...)})
+	tx.size += format.RecHeader + pad8(len(data))
+}
+
+// Size is the payload the transaction needs so far.
+func (tx *Tx) Size() int { return tx.size }
+
+// Empty reports whether the transaction has no records.
+func (tx *Tx) Empty() bool { return len(tx.recs) == 0 }
+
+// Commit makes all records durable atomically and applies them. After it
+// returns nil, every record is in place and persisted.
+func (tx *Tx) Commit() error {
+	if len(tx.recs) == 0 {
+		return nil
+	}
+	j := tx.j
+	if tx.size > j.Capacity() {
+		return fmt.Errorf("%w: %d bytes, journal holds %d", ErrTooLarge, tx.size, j.Capacity())
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.seq++
+	seq := j.seq
+	r := j.region()
+	area := r[format.BlockSize : format.BlockSize+format.TxHeader+tx.size]
+	body := area[format.TxHeader:]
+	p := 0
+	for _, rec := range tx.recs {
+		le.PutUint64(body[p+format.RecOff:], uint64(rec.off))
+		le.PutUint32(body[p+format.RecLen:], uint32(len(rec.data)))
+		le.PutUint32(body[p+format.RecLen+4:], 0)
+		p += format.RecHeader
+		n := copy(body[p:], rec.data)
+		clear(body[p+n : p+pad8(n)])
+		p += pad8(n)
+	}
+	le.PutUint64(area[format.TxSeq:], seq)
+	le.PutUint32(area[format.TxCount:], uint32(len(tx.recs)))
+	le.PutUint32(area[format.TxLen:], uint32(tx.size))
+	crc := format.Checksum(append(append([]byte{}, area[:16]...), body...))
+	le.PutUint32(area[format.TxCRC:], crc)
+	le.PutUint32(area[format.TxCRC+4:], 0)
+	// Step 1: the records are durable before the commit word names them.
+	j.m.Persist(int64(j.start)+format.BlockSize, int64(len(area)))
+	// Step 2: the commit point, one aligned 8-byte store.
+	atomic.StoreUint64(j.commitWord(), seq)
+	j.m.Persist(int64(j.start)+format.JHCommit, 8)
+	// Step 3 and 4.
+	j.applyLocked(tx.recs)
+	j.retireLocked()
+	j.commits.Add(1)
+	j.bytes.Add(uint64(tx.size))
+	return nil
+}
+
+// Stats returns the number of committed transactions and their payload
+// bytes since Open.
+func (j *Journal) Stats() (commits, bytes uint64) { return j.commits.Load(), j.bytes.Load() }

@@ -1,0 +1,382 @@
+//go:build linux
+
+package pmem
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MinSize is the smallest pool Create makes and Open accepts.
+const MinSize = 1 << 20
+
+// mapSync is MAP_SYNC. x/sys/unix only defines it on some GOARCHes, but the
+// value is the same on every Linux architecture that supports it.
+const mapSync = 0x80000
+
+// Create prepares a pool at path.
+//
+// A regular file is created (or, with force, truncated) to size bytes as a
+// sparse file, so a large pool costs no disk until it is written. size must
+// be a positive multiple of 4096 and at least MinSize.
+//
+// A DAX character device is neither created nor truncated; Create only checks
+// that it holds at least size bytes (0 means the whole device). A device
+// always exists, so it too needs force: it may hold someone's pool.
+//
+// Create refuses with ErrInUse if a process has the pool open.
+func Create(path string, size int64, force bool) error {
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && !force:
+		return fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("create pool: %w", err)
+	}
+
+	// Opening and closing the file from this process would drop the lock of
+	// a pool this process has open, so refuse before touching it.
+	if err == nil && openHere(st) {
+		return fmt.Errorf("%s: %w (open in this process, pid %d)", path, ErrInUse, os.Getpid())
+	}
+	if err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("create pool: %w", err)
+		}
+		defer f.Close()
+		if err := lockFile(f, path, unix.F_WRLCK); err != nil {
+			return err
+		}
+		have, err := deviceSize(f)
+		if err != nil {
+			return fmt.Errorf("%s: device size: %w", path, err)
+		}
+		if size < 0 || have < size || have < MinSize {
+			return fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, have, max(size, MinSize), ErrTooSmall)
+		}
+		return nil
+	}
+
+	if size <= 0 || size%4096 != 0 {
+		return fmt.Errorf("%s: pool size %d must be a positive multiple of 4096", path, size)
+	}
+	if size < MinSize {
+		return fmt.Errorf("%s: pool size %d is below %d bytes: %w", path, size, MinSize, ErrTooSmall)
+	}
+	// No O_TRUNC: a running daemon must not see its mapping shrink, so take
+	// the lock first and truncate only once we hold it.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("create pool: %w", err)
+	}
+	defer f.Close()
+	if err := lockFile(f, path, unix.F_WRLCK); err != nil {
+		return err
+	}
+	// Truncate to 0 first so no old pool survives in the new one, then extend:
+	// ftruncate allocates nothing, the file stays sparse.
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("create pool: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("create pool: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("create pool: %w", err)
+	}
+	return f.Close()
+}
+
+// Open maps the pool at path read-write and holds an exclusive lock on it
+// until Close. If another process holds the pool it fails with ErrInUse,
+// naming that process.
+//
+// The lock is a POSIX record lock, which belongs to the process and is
+// dropped when the process closes ANY descriptor of the file. Open therefore
+// also refuses a second open of the same pool within this process, and
+// nothing else in the process should open the pool file directly.
+func Open(path string) (Medium, error) { return open(path, false) }
+
+// OpenReadOnly maps the pool read-only under a shared lock, for inspection
+// (fsck without repair). It fails with ErrInUse while a daemon has the pool
+// open read-write. Flush, Fence and Persist do nothing on it, and storing
+// into Bytes() faults.
+func OpenReadOnly(path string) (Medium, error) { return open(path, true) }
+
+// fileMedium is a pool mapped from a file or a DAX device.
+type fileMedium struct {
+	path     string
+	f        *os.File
+	data     []byte
+	kind     Kind
+	readOnly bool
+	key      fileKey
+
+	errMu    sync.Mutex
+	flushErr error // first msync failure; returned by Close and Err
+
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// fileKey identifies an open pool within this process (see Open).
+type fileKey struct{ dev, ino uint64 }
+
+var (
+	openMu    sync.Mutex
+	openPools = map[fileKey]bool{}
+)
+
+func openHere(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	openMu.Lock()
+	defer openMu.Unlock()
+	return openPools[fileKey{uint64(st.Dev), st.Ino}]
+}
+
+func open(path string, readOnly bool) (_ Medium, err error) {
+	flag, lock, prot := os.O_RDWR, int16(unix.F_WRLCK), unix.PROT_READ|unix.PROT_WRITE
+	if readOnly {
+		flag, lock = os.O_RDONLY, unix.F_RDLCK
+	}
+	share := unix.MAP_SHARED
+	if readOnly {
+		// A private copy-on-write map: a checker may replay the journal
+		// and look at the result without one byte reaching the pool.
+		share = unix.MAP_PRIVATE
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("open pool %s: %w", path, err)
+	}
+	key := fileKey{uint64(st.Dev), st.Ino}
+	// Checked before locking: locking again from this process would silently
+	// convert our own lock instead of failing.
+	openMu.Lock()
+	if openPools[key] {
+		openMu.Unlock()
+		return nil, fmt.Errorf("%s: %w (already open in this process, pid %d)", path, ErrInUse, os.Getpid())
+	}
+	openPools[key] = true
+	openMu.Unlock()
+	defer func() {
+		if err != nil {
+			openMu.Lock()
+			delete(openPools, key)
+			openMu.Unlock()
+		}
+	}()
+
+	if err := lockFile(f, path, lock); err != nil {
+		return nil, err
+	}
+
+	m := &fileMedium{path: path, f: f, readOnly: readOnly, key: key}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		size, err := deviceSize(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: device size: %w", path, err)
+		}
+		if size < MinSize {
+			return nil, fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, size, MinSize, ErrTooSmall)
+		}
+		if m.data, err = mmap(f, size, prot, share); err != nil {
+			return nil, fmt.Errorf("%s: map device: %w", path, err)
+		}
+		m.kind = DevDAX
+	case unix.S_IFREG:
+		if st.Size < MinSize {
+			return nil, fmt.Errorf("%s: file holds %d bytes, need %d: %w", path, st.Size, MinSize, ErrTooSmall)
+		}
+		// MAP_SYNC keeps file metadata durable at page fault, so flushing
+		// cache lines is enough; only DAX file systems accept it.
+		m.kind = Emulated
+		if readOnly {
+			m.data, err = mmap(f, st.Size, prot, share)
+		} else {
+			m.data, err = mmap(f, st.Size, prot, unix.MAP_SHARED_VALIDATE|mapSync)
+			m.kind = FSDAX
+			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+				m.data, err = mmap(f, st.Size, prot, unix.MAP_SHARED)
+				m.kind = Emulated
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: map file: %w", path, err)
+		}
+	default:
+		return nil, fmt.Errorf("%s: not a regular file or DAX character device", path)
+	}
+	return m, nil
+}
+
+func mmap(f *os.File, size int64, prot, flags int) ([]byte, error) {
+	if int64(int(size)) != size {
+		return nil, fmt.Errorf("size %d does not fit in the address space", size)
+	}
+	return unix.Mmap(int(f.Fd()), 0, int(size), prot, flags)
+}
+
+// lockFile takes a whole-file POSIX record lock without waiting.
+func lockFile(f *os.File, path string, typ int16) error {
+	for try := 0; ; try++ {
+		lk := unix.Flock_t{Type: typ, Whence: io.SeekStart}
+		err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+			return fmt.Errorf("%s: lock pool: %w", path, err)
+		}
+		lk = unix.Flock_t{Type: typ, Whence: io.SeekStart}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk); err != nil {
+			return fmt.Errorf("%s: lock pool: %w", path, err)
+		}
+		// F_UNLCK: the holder let go between the two calls; try again once.
+		if lk.Type != unix.F_UNLCK || try > 0 {
+			return fmt.Errorf("%s: %w (pid %d holds it; unmount that daemon first)", path, ErrInUse, lk.Pid)
+		}
+	}
+}
+
+// deviceSize reads a character device's size from sysfs (device DAX
+// publishes it there), else by seeking to its end.
+func deviceSize(f *os.File) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, err
+	}
+	rdev := uint64(st.Rdev)
+	p := fmt.Sprintf("/sys/dev/char/%d:%d/size", unix.Major(rdev), unix.Minor(rdev))
+	if b, err := os.ReadFile(p); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			return n, nil
+		}
+	}
+	n, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (m *fileMedium) Bytes() []byte { return m.data }
+func (m *fileMedium) Size() int64   { return int64(len(m.data)) }
+func (m *fileMedium) Kind() Kind    { return m.kind }
+
+// Flush writes back [off, off+n), clamped to the pool. DAX media use a cache
+// line flush instruction; emulated pools msync the pages covering the range.
+// Safe for concurrent use; must not be called after Close.
+func (m *fileMedium) Flush(off, n int64) {
+	start, end, ok := clampRange(off, n, int64(len(m.data)))
+	if !ok || m.readOnly {
+		return
+	}
+	if m.kind != Emulated && cpuFlush {
+		flushCPU(unsafe.Pointer(&m.data[start]), uintptr(end-start))
+		return
+	}
+	ps := int64(os.Getpagesize())
+	start &^= ps - 1
+	end = min((end+ps-1)&^(ps-1), int64(len(m.data)))
+	if err := unix.Msync(m.data[start:end], unix.MS_SYNC); err != nil {
+		m.errMu.Lock()
+		if m.flushErr == nil {
+			m.flushErr = fmt.Errorf("%s: msync [%d, %d): %w", m.path, start, end, err)
+		}
+		m.errMu.Unlock()
+	}
+}
+
+// Fence orders earlier flushes before later stores. msync has already
+// waited for the write-back, so only DAX media need an instruction.
+func (m *fileMedium) Fence() {
+	if m.kind != Emulated && !m.readOnly {
+		sfence()
+	}
+}
+
+func (m *fileMedium) Persist(off, n int64) {
+	m.Flush(off, n)
+	m.Fence()
+}
+
+// Zero makes [off, off+n) read as zeros, durably. On an emulated pool it
+// punches a hole in the file, which also gives the space back; DAX media
+// clear and flush. A read-only (private) map is cleared in memory only.
+func (m *fileMedium) Zero(off, n int64) error {
+	start, end, ok := clampRange(off, n, int64(len(m.data)))
+	if !ok {
+		return nil
+	}
+	if m.kind == Emulated && !m.readOnly {
+		err := unix.Fallocate(int(m.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
+		if err == nil {
+			return nil
+		}
+	}
+	clear(m.data[start:end])
+	m.Persist(start, end-start)
+	return nil
+}
+
+// Err reports the first failed write-back (msync), if any. Flush cannot
+// return it, so callers that must know use
+// m.(interface{ Err() error }).Err(); Close returns it too.
+func (m *fileMedium) Err() error {
+	m.errMu.Lock()
+	defer m.errMu.Unlock()
+	return m.flushErr
+}
+
+// Close unmaps the pool and closes the file, which releases the lock.
+// Calling it again does nothing.
+func (m *fileMedium) Close() error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	errs := []error{m.Err()}
+	if m.data != nil {
+		if err := unix.Munmap(m.data); err != nil {
+			errs = append(errs, fmt.Errorf("%s: unmap: %w", m.path, err))
+		}
+		m.data = nil
+	}
+	if err := m.f.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: close: %w", m.path, err))
+	}
+	openMu.Lock()
+	delete(openPools, m.key)
+	openMu.Unlock()
+	return errors.Join(errs...)
+}

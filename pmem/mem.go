@@ -1,0 +1,32 @@
+package pmem
+
+// NewMemory returns a DRAM medium of size bytes, for unit tests. Flush and
+// Fence do nothing and nothing survives Close.
+func NewMemory(size int64) Medium {
+	return &memMedium{b: make([]byte, size)}
+}
+
+type memMedium struct{ b []byte }
+
+func (m *memMedium) Bytes() []byte        { return m.b }
+func (m *memMedium) Size() int64          { return int64(len(m.b)) }
+func (m *memMedium) Flush(off, n int64)   {}
+func (m *memMedium) Fence()               {}
+func (m *memMedium) Persist(off, n int64) {}
+func (m *memMedium) Kind() Kind           { return Memory }
+func (m *memMedium) Close() error         { return nil }
+
+// clampRange clips [off, off+n) to [0, size). ok is false when nothing is
+// left, including for n <= 0.
+func clampRange(off, n, size int64) (start, end int64, ok bool) {
+	if n <= 0 || off >= size {
+		return 0, 0, false
+	}
+	if off > 0 && n > size-off { // off+n would pass size, or overflow
+		end = size
+	} else {
+		end = min(off+n, size)
+	}
+	start = max(off, 0)
+	return start, end, start < end
+}

@@ -1,0 +1,70 @@
+// Package pmem maps a persistent-memory pool and gives it one set of
+// persistence primitives, whatever the medium underneath.
+//
+// A pool is one of:
+//
+//	kind      what it is                                  how it is mapped            Flush
+//	DevDAX    a DAX character device (/dev/daxN.M)        MAP_SHARED                  CLWB/CLFLUSHOPT/CLFLUSH
+//	FSDAX     a file on a DAX-mounted file system         MAP_SHARED_VALIDATE|MAP_SYNC CLWB/CLFLUSHOPT/CLFLUSH
+//	Emulated  an ordinary (sparse) file, the default      MAP_SHARED                  msync(MS_SYNC) of the pages
+//
+// The three primitives mean the same thing on every medium:
+//
+//	Flush(off, n)   write back the cache lines (or pages) covering [off, off+n)
+//	Fence()         order: every Flush issued before completes before any later store
+//	Persist(off, n) Flush then Fence: [off, off+n) is durable when it returns
+//
+// Callers store straight into Bytes() and then Persist what must be durable.
+// On media, structures hold offsets into Bytes(), never pointers.
+package pmem
+
+import "errors"
+
+// Kind says what backs a Medium.
+type Kind int
+
+const (
+	Emulated Kind = iota // ordinary file, persisted with msync
+	FSDAX                // file on a DAX file system, MAP_SYNC
+	DevDAX               // device DAX character device
+	Memory               // DRAM only (tests); nothing survives Close
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Emulated:
+		return "emulated"
+	case FSDAX:
+		return "fsdax"
+	case DevDAX:
+		return "devdax"
+	case Memory:
+		return "memory"
+	}
+	return "unknown"
+}
+
+// Medium is the seam between the file system and the bytes of the pool.
+// Tests swap in a Recorder (crash images) or a faulty wrapper.
+type Medium interface {
+	// Bytes is the whole pool, mapped. Its length is Size().
+	Bytes() []byte
+	Size() int64
+	Flush(off, n int64)
+	Fence()
+	Persist(off, n int64)
+	Kind() Kind
+	// Close unmaps the pool and releases the pool lock.
+	Close() error
+}
+
+// Sentinel errors.
+var (
+	// ErrInUse: another process holds the pool lock (a daemon has it mounted,
+	// or fsck/recover is running). The wrapping error names the holder's pid.
+	ErrInUse = errors.New("pool is in use by another process")
+	// ErrExists: Create was asked to overwrite an existing pool without force.
+	ErrExists = errors.New("pool already exists")
+	// ErrTooSmall: the requested or found size cannot hold a file system.
+	ErrTooSmall = errors.New("pool too small")
+)

@@ -1,0 +1,108 @@
+package pmem
+
+import (
+	"fmt"
+	"sync"
+)
+
+// CacheLine is the unit a flush writes back.
+const CacheLine = 64
+
+// Recorder is a DRAM Medium that remembers what every fence made durable,
+// so a test can rebuild what the media would hold had the machine died
+// right after fence k.
+//
+// The crash model is pessimistic: a store reaches the image only through a
+// Flush followed by a Fence. Real hardware may also write back unflushed
+// lines on its own (cache eviction), so code that is correct under the
+// Recorder is correct on media, while code that happens to survive on media
+// may still fail here. A flush copies whole cache lines, as the hardware
+// does, so stores next to a flushed range can ride along with it.
+//
+// Crashes are modelled only at fences: the flushes of one fence are applied
+// together.
+type Recorder struct {
+	mu      sync.Mutex
+	buf     []byte   // what the CPU sees
+	initial []byte   // durable image before fence 1
+	pending []span   // flushed, not yet fenced
+	fences  [][]span // fences[i] holds what fence i+1 made durable
+}
+
+type span struct {
+	off  int64
+	data []byte
+}
+
+// NewRecorder returns a Recorder whose contents and durable starting image
+// are a copy of initial.
+func NewRecorder(initial []byte) *Recorder {
+	return &Recorder{
+		buf:     append([]byte(nil), initial...),
+		initial: append([]byte(nil), initial...),
+	}
+}
+
+func (r *Recorder) Bytes() []byte { return r.buf }
+func (r *Recorder) Size() int64   { return int64(len(r.buf)) }
+func (r *Recorder) Kind() Kind    { return Memory }
+
+// Close does nothing: the images stay available after the code under test
+// closes its medium.
+func (r *Recorder) Close() error { return nil }
+
+// Flush snapshots the current bytes of the cache lines covering [off, off+n).
+// They become durable at the next Fence.
+func (r *Recorder) Flush(off, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start, end, ok := clampRange(off, n, int64(len(r.buf)))
+	if !ok {
+		return
+	}
+	start &^= CacheLine - 1
+	end = min((end+CacheLine-1)&^(CacheLine-1), int64(len(r.buf)))
+	r.pending = append(r.pending, span{start, append([]byte(nil), r.buf[start:end]...)})
+}
+
+// Fence makes the pending flushes durable as one numbered fence (1, 2, ...).
+// A Fence with nothing pending still takes a number, so fence numbers count
+// Fence calls and a test can name a crash point without knowing what was
+// flushed before it.
+func (r *Recorder) Fence() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fences = append(r.fences, r.pending)
+	r.pending = nil
+}
+
+func (r *Recorder) Persist(off, n int64) {
+	r.Flush(off, n)
+	r.Fence()
+}
+
+// Fences returns how many fences have been issued.
+func (r *Recorder) Fences() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.fences)
+}
+
+// Image returns a fresh copy of what the media would hold after a crash
+// right after fence k: the initial image with the flushes of fences 1..k
+// applied in order. Image(0) is the initial image; Image(Fences()) is all
+// that has been persisted. It panics if k is out of range.
+func (r *Recorder) Image(k int) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k < 0 || k > len(r.fences) {
+		panic(fmt.Sprintf("pmem: Recorder.Image(%d) out of range [0, %d]", k, len(r.fences)))
+	}
+	img := append([]byte(nil), r.initial...)
+	for _, f := range r.fences[:k] {
+		for _, s := range f {
+			copy(img[s.off:], s.data)
+		}
+	}
+	return img
+}

@@ -1,0 +1,652 @@
+package pool
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+)
+
+// dirIndex is the DRAM index of a directory's entry slots.
+type dirIndex struct {
+	names    map[string]dirEntry
+	slots    []string // slot -> name; "" = free
+	freeHint uint64   // no free slot below this
+	nsub     uint32   // subdirectories (for nlink)
+}
+
+type dirEntry struct {
+	ino  Ino
+	slot uint64
+	typ  uint8
+}
+
+func newDirIndex() *dirIndex { return &dirIndex{names: map[string]dirEntry{}} }
+
+// loadDir reads a directory's slots at mount.
+func (fs *FS) loadDir(in *Inode) error {
+	in.dir = newDirIndex()
+	if in.Ino == format.RootIno {
+		in.parent = format.RootIno
+	}
+	nslots := in.d.Size / format.BlockSize * format.DirentsPerBlock
+	in.dir.slots = make([]string, nslots)
+	b := fs.m.Bytes()
+	for s := uint64(0); s < nslots; s++ {
+		off, ok := in.slotOffLocked(s)
+		if !ok {
+			continue // hole in a directory: reads as free slots
+		}
+		de, used, err := format.DecodeDirent(b[off : off+format.DirentSize])
+		if err != nil {
+			return fmt.Errorf("slot %d (byte %d): %w", s, off, err)
+		}
+		if !used {
+			continue
+		}
+		child := fs.inodes[de.Ino]
+		if child == nil {
+			return fmt.Errorf("entry %q names free inode %d", de.Name, de.Ino)
+		}
+		if _, dup := in.dir.names[de.Name]; dup {
+			return fmt.Errorf("entry %q appears twice", de.Name)
+		}
+		in.dir.names[de.Name] = dirEntry{ino: de.Ino, slot: s, typ: de.Type}
+		in.dir.slots[s] = de.Name
+		if child.IsDir() {
+			if child.parent != 0 {
+				return fmt.Errorf("directory inode %d has two parents (%d and %d)", de.Ino, child.parent, in.Ino)
+			}
+			child.parent = in.Ino
+			in.dir.nsub++
+		}
+	}
+	return nil
+}
+
+// slotOffLocked is the pool byte offset of directory slot s.
+func (in *Inode) slotOffLocked(s uint64) (format.Off, bool) {
+	lo := format.DirentOff(s)
+	phys, _, ok := in.lookupLocked(lo / format.BlockSize)
+	if !ok {
+		return 0, false
+	}
+	return phys.Off() + format.Off(lo%format.BlockSize), true
+}
+
+func checkName(name string) error {
+	if len(name) > format.MaxNameLen {
+		return ErrNameTooLong
+	}
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return ErrInvalid
+	}
+	return nil
+}
+
+// addEntryLocked stages a new entry in dir (whose staged inode is nd).
+func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino Ino, typ uint8) error {
+	x := dir.dir
+	s := x.freeHint
+	for s < uint64(len(x.slots)) && x.slots[s] != "" {
+		s++
+	}
+	grow := s == uint64(len(x.slots))
+	if grow {
+		// A new directory block, zeroed (all slots free) before it is
+		// linked in by the commit.
+		nblocks := nd.Size / format.BlockSize
+		goal := dir.goalLocked(nblocks)
+		if goal == 0 {
+			goal = c.fs.sb.DataStart
+		}
+		runs, err := c.allocBlocks(goal, 1)
+		if err != nil {
+			return err
+		}
+		b := runs[0].Phys
+		zeroRange(c.fs.m, int64(b.Off()), format.BlockSize)
+		exts := mergeExtents(dir.exts, []format.Extent{{Logical: nblocks, Phys: b, Len: 1}})
+		// Later entries in this change must see the new block.
+		old := dir.exts
+		c.undo = append(c.undo, func() { dir.exts = old })
+		dir.exts = exts
+		if err := c.putExtentsLocked(dir, nd, exts); err != nil {
+			return err
+		}
+		nd.Size += format.BlockSize
+	}
+	off, ok := dir.slotOffLocked(s)
+	if !ok {
+		return fmt.Errorf("%w: directory %d slot %d unmapped", format.ErrCorrupt, dir.Ino, s)
+	}
+	de := format.Dirent{Name: name, Type: typ, Ino: ino}
+	var buf [format.DirentSize]byte
+	de.Encode(buf[:])
+	c.tx.Write(off, buf[:])
+	// Reserve the slot in DRAM now so a second entry in the same change
+	// takes another one; abort undoes it.
+	if grow {
+		x.slots = append(x.slots, make([]string, format.DirentsPerBlock)...)
+	}
+	x.slots[s] = name
+	x.freeHint = s + 1
+	x.names[name] = dirEntry{ino: ino, slot: s, typ: typ}
+	c.undo = append(c.undo, func() {
+		delete(x.names, name)
+		x.slots[s] = ""
+		if grow {
+			x.slots = x.slots[:len(x.slots)-format.DirentsPerBlock]
+		}
+		x.freeHint = min(x.freeHint, s)
+	})
+	return nil
+}
+
+// removeEntryLocked stages the removal of name from dir.
+func (c *change) removeEntryLocked(dir *Inode, name string) {
+	x := dir.dir
+	e := x.names[name]
+	off, _ := dir.slotOffLocked(e.slot)
+	var zero [format.DirentSize]byte
+	c.tx.Write(off, zero[:])
+	delete(x.names, name)
+	x.slots[e.slot] = ""
+	x.freeHint = min(x.freeHint, e.slot)
+	c.undo = append(c.undo, func() { x.names[name] = e; x.slots[e.slot] = name })
+}
+
+// replaceEntryLocked stages name in dir pointing at ino instead.
+func (c *change) replaceEntryLocked(dir *Inode, name string, ino Ino, typ uint8) {
+	x := dir.dir
+	e := x.names[name]
+	off, _ := dir.slotOffLocked(e.slot)
+	de := format.Dirent{Name: name, Type: typ, Ino: ino}
+	var buf [format.DirentSize]byte
+	de.Encode(buf[:])
+	c.tx.Write(off, buf[:])
+	x.names[name] = dirEntry{ino: ino, slot: e.slot, typ: typ}
+	c.undo = append(c.undo, func() { x.names[name] = e })
+}
+
+func (fs *FS) lookupLocked(dir *Inode, name string) (*Inode, dirEntry, bool) {
+	e, ok := dir.dir.names[name]
+	if !ok {
+		return nil, e, false
+	}
+	return fs.Inode(e.ino), e, true
+}
+
+// Lookup finds name in dir.
+func (fs *FS) Lookup(dir *Inode, name string) (*Inode, error) {
+	if len(name) > format.MaxNameLen {
+		return nil, ErrNameTooLong
+	}
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return nil, ErrNotDir
+	}
+	in, _, ok := fs.lookupLocked(dir, name)
+	if !ok || in == nil {
+		return nil, ErrNotFound
+	}
+	return in, nil
+}
+
+// Parent returns a directory's parent (the root is its own parent).
+func (fs *FS) Parent(dir *Inode) *Inode {
+	dir.mu.Lock()
+	p := dir.parent
+	dir.mu.Unlock()
+	return fs.Inode(p)
+}
+
+// NewInode describes a file to create.
+type NewInode struct {
+	Mode     uint32 // type and permission bits
+	UID, GID uint32
+	Target   string // symlinks
+}
+
+// Create makes a new file, directory or symlink named name in dir.
+func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	typ := ni.Mode & format.ModeType
+	switch typ {
+	case format.ModeReg, format.ModeDir:
+	case format.ModeLnk:
+		if len(ni.Target) == 0 || len(ni.Target) >= format.BlockSize {
+			return nil, ErrNameTooLong
+		}
+	default:
+		return nil, ErrNotSupp
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return nil, ErrNotDir
+	}
+	if dir.d.Nlink == 0 {
+		return nil, ErrNotFound // creating in a removed directory
+	}
+	if _, _, ok := fs.lookupLocked(dir, name); ok {
+		return nil, ErrExist
+	}
+	// setgid directories pass their group (and, to subdirectories, the bit) on.
+	if dir.d.Mode&0o2000 != 0 {
+		ni.GID = dir.d.GID
+		if typ == format.ModeDir {
+			ni.Mode |= 0o2000
+		}
+	}
+	ino, err := fs.newIno()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixNano()
+	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
+		Atime: now, Mtime: now, Ctime: now}
+	child := &Inode{fs: fs, Ino: ino}
+	c := fs.begin()
+	nd := dir.d
+	nd.Mtime, nd.Ctime = now, now
+	if typ == format.ModeDir {
+		d.Nlink = 2
+		nd.Nlink++
+		child.dir = newDirIndex()
+		child.parent = dir.Ino
+	}
+	if typ == format.ModeLnk {
+		runs, err := c.allocBlocks(fs.sb.DataStart, 1)
+		if err != nil {
+			fs.putBackIno(ino)
+			return nil, err
+		}
+		b := runs[0].Phys
+		buf := fs.m.Bytes()[b.Off() : b.Off()+format.BlockSize]
+		clear(buf[copy(buf, ni.Target):])
+		fs.m.Persist(int64(b.Off()), format.BlockSize)
+		d.Size = uint64(len(ni.Target))
+		if err := c.putExtentsLocked(child, &d, []format.Extent{{Logical: 0, Phys: b, Len: 1}}); err != nil {
+			c.abort()
+			fs.putBackIno(ino)
+			return nil, err
+		}
+	}
+	if err := c.addEntryLocked(dir, &nd, name, ino, format.DTOf(ni.Mode)); err != nil {
+		c.abort()
+		fs.putBackIno(ino)
+		return nil, err
+	}
+	c.putInode(child, d)
+	c.putInode(dir, nd)
+	if err := c.commit(); err != nil {
+		fs.putBackIno(ino)
+		return nil, err
+	}
+	if typ == format.ModeDir {
+		dir.dir.nsub++
+	}
+	fs.imu.Lock()
+	fs.inodes[ino] = child
+	fs.imu.Unlock()
+	return child, nil
+}
+
+// stageDropLinkLocked stages one fewer link to child: freed now if no
+// links and no opens remain, else kept (an orphan while open).
+func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) (freed bool) {
+	if nd.Nlink > 0 {
+		nd.Nlink--
+	}
+	if child.IsDir() {
+		nd.Nlink = 0 // a removed directory has no links left, "." included
+	}
+	nd.Ctime = now
+	if nd.Nlink > 0 || child.opens > 0 {
+		if nd.Nlink == 0 {
+			nd.Flags |= format.InodeOrphan
+		}
+		c.putInode(child, *nd)
+		return false
+	}
+	var zero [format.InodeSize]byte
+	c.tx.Write(c.fs.sb.InodeOff(child.Ino), zero[:])
+	c.freed = append(c.freed, child.exts...)
+	for _, b := range child.ovf {
+		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
+	}
+	if child.d.Xattr != 0 {
+		c.freed = append(c.freed, format.Extent{Phys: child.d.Xattr, Len: child.xattrBlocks})
+	}
+	fs := c.fs
+	c.after = append(c.after, func() {
+		child.d.Nlink = 0
+		child.exts, child.ovf, child.xattrs = nil, nil, nil
+		fs.imu.Lock()
+		delete(fs.inodes, child.Ino)
+		fs.freeIno = append(fs.freeIno, child.Ino)
+		fs.imu.Unlock()
+	})
+	return true
+}
+
+// Unlink removes a non-directory entry; Rmdir an empty directory.
+func (fs *FS) Unlink(dir *Inode, name string) error { return fs.remove(dir, name, false) }
+func (fs *FS) Rmdir(dir *Inode, name string) error  { return fs.remove(dir, name, true) }
+
+func (fs *FS) remove(dir *Inode, name string, wantDir bool) error {
+	if len(name) > format.MaxNameLen {
+		return ErrNameTooLong
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return ErrNotDir
+	}
+	if wantDir && name == "." {
+		return ErrInvalid
+	}
+	if wantDir && name == ".." {
+		return ErrNotEmpty
+	}
+	child, _, ok := fs.lookupLocked(dir, name)
+	if !ok || child == nil {
+		return ErrNotFound
+	}
+	child.mu.Lock()
+	defer child.mu.Unlock()
+	if wantDir && !child.IsDir() {
+		return ErrNotDir
+	}
+	if !wantDir && child.IsDir() {
+		return ErrIsDir
+	}
+	if wantDir && len(child.dir.names) > 0 {
+		return ErrNotEmpty
+	}
+	now := time.Now().UnixNano()
+	c := fs.begin()
+	nd := dir.d
+	nd.Mtime, nd.Ctime = now, now
+	if wantDir {
+		nd.Nlink--
+	}
+	c.removeEntryLocked(dir, name)
+	cd := child.d
+	c.stageDropLinkLocked(child, &cd, now)
+	c.putInode(dir, nd)
+	if err := c.commit(); err != nil {
+		return err
+	}
+	if wantDir {
+		dir.dir.nsub--
+	}
+	return nil
+}
+
+// Link adds name in dir for the existing non-directory target.
+func (fs *FS) Link(target, dir *Inode, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return ErrNotDir
+	}
+	if _, _, ok := fs.lookupLocked(dir, name); ok {
+		return ErrExist
+	}
+	target.mu.Lock()
+	defer target.mu.Unlock()
+	if target.IsDir() {
+		return ErrPerm
+	}
+	if target.d.Nlink == 0 {
+		return ErrNotFound
+	}
+	if target.d.Nlink >= 65000 {
+		return ErrLoop
+	}
+	now := time.Now().UnixNano()
+	c := fs.begin()
+	nd := dir.d
+	nd.Mtime, nd.Ctime = now, now
+	if err := c.addEntryLocked(dir, &nd, name, target.Ino, format.DTOf(target.d.Mode)); err != nil {
+		c.abort()
+		return err
+	}
+	td := target.d
+	td.Nlink++
+	td.Ctime = now
+	c.putInode(target, td)
+	c.putInode(dir, nd)
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Rename flags (renameat2).
+const (
+	RenameNoReplace = 1
+	RenameExchange  = 2
+)
+
+// isAncestorLocked reports whether a is d or an ancestor of d.
+func (fs *FS) isAncestor(a, d *Inode) bool {
+	for i := 0; i < 1<<16; i++ {
+		if d == a {
+			return true
+		}
+		if d.Ino == format.RootIno {
+			return false
+		}
+		d = fs.Inode(d.parent)
+		if d == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Rename moves src/name to dst/newName, replacing a target atomically.
+func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags uint32) error {
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+		return ErrInvalid
+	}
+	if err := checkName(newName); err != nil {
+		return err
+	}
+	if len(name) > format.MaxNameLen {
+		return ErrNameTooLong
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	// Several Inode.mu at once: safe under nsMu (see the lock order).
+	locked := map[*Inode]bool{}
+	lock := func(in *Inode) {
+		if in != nil && !locked[in] {
+			in.mu.Lock()
+			locked[in] = true
+		}
+	}
+	defer func() {
+		for in := range locked {
+			in.mu.Unlock()
+		}
+	}()
+	lock(src)
+	lock(dst)
+	if src.dir == nil || dst.dir == nil {
+		return ErrNotDir
+	}
+	if dst.d.Nlink == 0 {
+		return ErrNotFound
+	}
+	mover, me, ok := fs.lookupLocked(src, name)
+	if !ok || mover == nil {
+		return ErrNotFound
+	}
+	target, te, exists := fs.lookupLocked(dst, newName)
+	lock(mover)
+	lock(target)
+	if mover.IsDir() && fs.isAncestor(mover, dst) {
+		return ErrInvalid
+	}
+	if exists && target.IsDir() && fs.isAncestor(target, src) && flags&RenameExchange != 0 {
+		return ErrInvalid
+	}
+	if flags&RenameExchange != 0 && !exists {
+		return ErrNotFound
+	}
+	if flags&RenameNoReplace != 0 && exists {
+		return ErrExist
+	}
+	if exists && target == mover {
+		return nil // two links to one file: nothing to do
+	}
+	if exists && flags&RenameExchange == 0 {
+		switch {
+		case mover.IsDir() && !target.IsDir():
+			return ErrNotDir
+		case !mover.IsDir() && target.IsDir():
+			return ErrIsDir
+		case target.IsDir() && len(target.dir.names) > 0:
+			return ErrNotEmpty
+		}
+	}
+	now := time.Now().UnixNano()
+	c := fs.begin()
+	sd := src.d
+	sd.Mtime, sd.Ctime = now, now
+	dd := &sd
+	var dstD format.Inode
+	if dst != src {
+		dstD = dst.d
+		dstD.Mtime, dstD.Ctime = now, now
+		dd = &dstD
+	}
+	md := mover.d
+	md.Ctime = now
+	var nsubSrc, nsubDst int
+	if flags&RenameExchange != 0 {
+		c.replaceEntryLocked(src, name, target.Ino, te.typ)
+		c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
+		td := target.d
+		td.Ctime = now
+		if src != dst && mover.IsDir() != target.IsDir() {
+			if mover.IsDir() { // a directory moves src -> dst, a file the other way
+				sd.Nlink--
+				dd.Nlink++
+				nsubSrc, nsubDst = -1, 1
+			} else {
+				sd.Nlink++
+				dd.Nlink--
+				nsubSrc, nsubDst = 1, -1
+			}
+		}
+		c.putInode(target, td)
+		c.after = append(c.after, func() {
+			if mover.IsDir() {
+				mover.parent = dst.Ino
+			}
+			if target.IsDir() {
+				target.parent = src.Ino
+			}
+		})
+	} else {
+		if exists {
+			c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
+			td := target.d
+			if target.IsDir() {
+				dd.Nlink--
+				nsubDst--
+			}
+			c.stageDropLinkLocked(target, &td, now)
+		} else if err := c.addEntryLocked(dst, dd, newName, mover.Ino, me.typ); err != nil {
+			c.abort()
+			return err
+		}
+		c.removeEntryLocked(src, name)
+		if mover.IsDir() && src != dst {
+			sd.Nlink--
+			dd.Nlink++
+			nsubSrc--
+			nsubDst++
+		}
+		if mover.IsDir() {
+			c.after = append(c.after, func() { mover.parent = dst.Ino })
+		}
+	}
+	c.putInode(mover, md)
+	c.putInode(src, sd)
+	if dst != src {
+		c.putInode(dst, dstD)
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	src.dir.nsub = uint32(int(src.dir.nsub) + nsubSrc)
+	dst.dir.nsub = uint32(int(dst.dir.nsub) + nsubDst)
+	return nil
+}
+
+// DirEntry is one entry returned by ReadDir.
+type DirEntry struct {
+	Name string
+	Ino  Ino
+	Mode uint32 // file type bits only
+	Next uint64 // position after this entry
+}
+
+// ReadDir returns the first entry at slot position pos or later. Slots
+// never move, so an entry present for the whole listing is returned
+// exactly once whatever else changes meanwhile.
+func (fs *FS) ReadDir(dir *Inode, pos uint64) (DirEntry, bool) {
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return DirEntry{}, false
+	}
+	x := dir.dir
+	for s := pos; s < uint64(len(x.slots)); s++ {
+		if name := x.slots[s]; name != "" {
+			e := x.names[name]
+			mode := format.ModeReg
+			switch e.typ {
+			case format.DTDir:
+				mode = format.ModeDir
+			case format.DTLnk:
+				mode = format.ModeLnk
+			}
+			return DirEntry{Name: name, Ino: e.ino, Mode: mode, Next: s + 1}, true
+		}
+	}
+	return DirEntry{}, false
+}
+
+// Readlink returns a symlink's target.
+func (fs *FS) Readlink(in *Inode) (string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.d.IsSymlink() {
+		return "", ErrInvalid
+	}
+	phys, _, ok := in.lookupLocked(0)
+	if !ok || in.d.Size > format.BlockSize {
+		return "", fmt.Errorf("%w: symlink %d has no target block", format.ErrCorrupt, in.Ino)
+	}
+	return string(fs.m.Bytes()[phys.Off() : phys.Off()+format.Off(in.d.Size)]), nil
+}

@@ -1,0 +1,436 @@
+package pool
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+)
+
+const bs = format.BlockSize
+
+// Data-path rule: a regular file's extents and size change only with both
+// Inode.rw held exclusively and Inode.mu held, so a holder of either may
+// read them.
+
+// walk calls fn for each piece of [off, off+n) of the file: pool byte
+// offset (or -1 for a hole), position in the caller's buffer, length.
+func walk(exts []format.Extent, off, n int64, fn func(pool int64, pos, l int)) {
+	pos := 0
+	for n > 0 {
+		fb := uint64(off) / bs
+		inBlk := off % bs
+		phys, run, ok := lookup(exts, fb)
+		var l int64
+		if run == 0 { // no extent at or after fb
+			l = n
+		} else {
+			l = min(n, int64(run)*bs-inBlk)
+		}
+		if ok {
+			fn(int64(phys.Off())+inBlk, pos, int(l))
+		} else {
+			fn(-1, pos, int(l))
+		}
+		off += l
+		n -= l
+		pos += int(l)
+	}
+}
+
+func lookup(exts []format.Extent, fb uint64) (Blk, uint64, bool) {
+	in := Inode{exts: exts}
+	return in.lookupLocked(fb)
+}
+
+// Read returns the bytes of [off, off+n) clipped to the file size as
+// slices of the pool mapping (holes as zeros), without copying. The data
+// stays valid, and writers to the file wait, until done is called.
+func (fs *FS) Read(in *Inode, off int64, n int) (data [][]byte, done func(), err error) {
+	if off < 0 {
+		return nil, nil, ErrInvalid
+	}
+	in.rw.RLock()
+	in.mu.Lock()
+	size := int64(in.d.Size)
+	exts := in.exts
+	isDir := in.IsDir()
+	in.mu.Unlock()
+	if isDir {
+		in.rw.RUnlock()
+		return nil, nil, ErrIsDir
+	}
+	if off >= size || n <= 0 {
+		in.rw.RUnlock()
+		return nil, func() {}, nil
+	}
+	l := min(int64(n), size-off)
+	b := fs.m.Bytes()
+	walk(exts, off, l, func(p int64, _, k int) {
+		if p < 0 {
+			for k > 0 {
+				z := min(k, len(fs.zero))
+				data = append(data, fs.zero[:z])
+				k -= z
+			}
+			return
+		}
+		data = append(data, b[p:p+int64(k)])
+	})
+	fs.stats.Reads.Add(1)
+	fs.stats.ReadBytes.Add(uint64(l))
+	return data, in.rw.RUnlock, nil
+}
+
+// ReadAt copies file bytes into p and returns how many were read (short at
+// end of file).
+func (fs *FS) ReadAt(in *Inode, p []byte, off int64) (int, error) {
+	data, done, err := fs.Read(in, off, len(p))
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	n := 0
+	for _, d := range data {
+		n += copy(p[n:], d)
+	}
+	return n, nil
+}
+
+// Write stores data at off (at the end of file when appendMode) and
+// returns the number of bytes written.
+//
+// Persist order for blocks the write allocates: the data (and zeros around
+// it) is persisted before the transaction that maps the blocks commits, so
+// a crash never exposes stale bytes. Overwrites of mapped blocks are
+// persisted by fsync.
+func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, error) {
+	in.rw.Lock()
+	defer in.rw.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.IsDir() {
+		return 0, ErrIsDir
+	}
+	if appendMode {
+		off = int64(in.d.Size)
+	}
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	end := off + int64(len(data))
+	if end > MaxFileSize {
+		return 0, ErrTooBig
+	}
+	if len(data) == 0 {
+		return 0, nil
+	}
+	c := fs.begin()
+	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
+	var added []format.Extent
+	for _, h := range in.holesLocked(b0, b1) {
+		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
+		if err != nil {
+			c.abort()
+			return 0, err
+		}
+		lg := h.Logical
+		for _, r := range runs {
+			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
+			lg += r.Len
+		}
+	}
+	mem := fs.m.Bytes()
+	// Fresh blocks only partly covered by the write start as zeros.
+	for _, e := range added {
+		for _, fb := range []uint64{e.Logical, e.End() - 1} {
+			if fb*bs < uint64(off) || (fb+1)*bs > uint64(end) {
+				p := (e.Phys + Blk(fb-e.Logical)).Off()
+				clear(mem[p : p+bs])
+			}
+		}
+	}
+	size := int64(in.d.Size)
+	if off > size {
+		fs.zeroTailLocked(in, size, off)
+	}
+	exts := in.exts
+	if len(added) > 0 {
+		exts = mergeExtents(in.exts, added)
+	}
+	walk(exts, off, int64(len(data)), func(p int64, pos, k int) {
+		copy(mem[p:p+int64(k)], data[pos:pos+k])
+	})
+	now := time.Now().UnixNano()
+	fs.stats.Writes.Add(1)
+	fs.stats.WriteBytes.Add(uint64(len(data)))
+	if len(added) == 0 && end <= size {
+		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
+			first := Blk(p / bs)
+			in.markDirtyLocked(first, (uint64(p)+uint64(k)+bs-1)/bs-uint64(first))
+		})
+		in.d.Mtime, in.d.Ctime = now, now
+		in.timesDirty = true
+		return len(data), nil
+	}
+	// Overwritten old blocks must be durable no later than the new size.
+	walk(in.exts, off, int64(len(data)), func(p int64, _, k int) {
+		if p >= 0 {
+			fs.m.Flush(p, int64(k))
+		}
+	})
+	for _, e := range added {
+		fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs))
+	}
+	fs.m.Fence()
+	nd := in.d
+	nd.Size = uint64(max(end, size))
+	nd.Mtime, nd.Ctime = now, now
+	if len(added) > 0 {
+		if err := c.putExtentsLocked(in, &nd, exts); err != nil {
+			c.abort()
+			return 0, err
+		}
+	}
+	c.putInode(in, nd)
+	if err := c.commit(); err != nil {
+		return 0, err
+	}
+	return len(data), nil
+}
+
+// zeroTailLocked clears [from, to) within the block holding from, if that
+// block is mapped: bytes past the old end of file must read as zeros once
+// the file grows over them.
+func (fs *FS) zeroTailLocked(in *Inode, from, to int64) {
+	if from%bs == 0 {
+		return
+	}
+	phys, _, ok := in.lookupLocked(uint64(from) / bs)
+	if !ok {
+		return
+	}
+	blockEnd := (from/bs + 1) * bs
+	p := int64(phys.Off()) + from%bs
+	n := min(to, blockEnd) - from
+	clear(fs.m.Bytes()[p : p+n])
+	fs.m.Persist(p, n)
+}
+
+// Truncate sets the file size, freeing blocks past it.
+func (fs *FS) Truncate(in *Inode, size uint64) error {
+	if size > MaxFileSize {
+		return ErrTooBig
+	}
+	in.rw.Lock()
+	defer in.rw.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.IsDir() {
+		return ErrIsDir
+	}
+	now := time.Now().UnixNano()
+	c := fs.begin()
+	nd := in.d
+	nd.Mtime, nd.Ctime = now, now
+	nd.Size = size
+	old := in.d.Size
+	if size > old {
+		fs.zeroTailLocked(in, int64(old), int64(size))
+	} else if size < old {
+		keep := (size + bs - 1) / bs
+		kept, removed := cutExtents(in.exts, keep, MaxFileSize/bs)
+		if len(removed) > 0 {
+			if err := c.putExtentsLocked(in, &nd, kept); err != nil {
+				c.abort()
+				return err
+			}
+			c.freed = append(c.freed, removed...)
+		}
+	}
+	c.putInode(in, nd)
+	if err := c.commit(); err != nil {
+		return err
+	}
+	if size < old {
+		fs.zeroTailLocked(in, int64(size), int64(old))
+	}
+	return nil
+}
+
+// Fallocate modes (fallocate(2)).
+const (
+	FallocKeepSize  = 0x1
+	FallocPunchHole = 0x2
+)
+
+// Fallocate allocates (mode 0 or KEEP_SIZE) or punches (PUNCH_HOLE|KEEP_SIZE)
+// [off, off+n).
+func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
+	if n == 0 || off+n > MaxFileSize || off+n < off {
+		if n == 0 {
+			return ErrInvalid
+		}
+		return ErrTooBig
+	}
+	switch mode {
+	case 0, FallocKeepSize, FallocPunchHole | FallocKeepSize:
+	default:
+		return ErrNotSupp
+	}
+	in.rw.Lock()
+	defer in.rw.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.IsDir() {
+		return ErrIsDir
+	}
+	now := time.Now().UnixNano()
+	c := fs.begin()
+	nd := in.d
+	end := off + n
+	if mode&FallocPunchHole != 0 {
+		end = min(end, in.d.Size)
+		if off >= end {
+			return nil
+		}
+		// Whole blocks leave the file; partial ones are cleared in place.
+		full0, full1 := (off+bs-1)/bs, end/bs
+		mem := fs.m.Bytes()
+		walk(in.exts, int64(off), int64(end-off), func(p int64, pos, k int) {
+			fb := (off + uint64(pos)) / bs
+			if p >= 0 && (fb < full0 || fb >= full1) {
+				clear(mem[p : p+int64(k)])
+				fs.m.Flush(p, int64(k))
+			}
+		})
+		fs.m.Fence()
+		if full1 > full0 {
+			kept, removed := cutExtents(in.exts, full0, full1)
+			if len(removed) > 0 {
+				if err := c.putExtentsLocked(in, &nd, kept); err != nil {
+					c.abort()
+					return err
+				}
+				c.freed = append(c.freed, removed...)
+			}
+		}
+		nd.Mtime, nd.Ctime = now, now
+		c.putInode(in, nd)
+		return c.commit()
+	}
+	var added []format.Extent
+	for _, h := range in.holesLocked(off/bs, (end+bs-1)/bs) {
+		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
+		if err != nil {
+			c.abort()
+			return err
+		}
+		lg := h.Logical
+		for _, r := range runs {
+			zeroRange(fs.m, int64(r.Phys.Off()), int64(r.Len*bs))
+			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
+			lg += r.Len
+		}
+	}
+	if mode&FallocKeepSize == 0 && end > in.d.Size {
+		fs.zeroTailLocked(in, int64(in.d.Size), int64(end))
+		nd.Size = end
+	}
+	if len(added) > 0 {
+		if err := c.putExtentsLocked(in, &nd, mergeExtents(in.exts, added)); err != nil {
+			c.abort()
+			return err
+		}
+	}
+	nd.Ctime = now
+	if nd.Size != in.d.Size {
+		nd.Mtime = now
+	}
+	c.putInode(in, nd)
+	return c.commit()
+}
+
+// Fsync makes the file's data and attributes durable.
+func (fs *FS) Fsync(in *Inode) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	fs.stats.Fsyncs.Add(1)
+	return in.syncLocked()
+}
+
+// SetAttr changes are applied when their field is non-nil.
+type SetAttr struct {
+	Mode         *uint32 // permission bits only
+	UID, GID     *uint32
+	Atime, Mtime *time.Time
+	Size         *uint64
+}
+
+// Setattr applies chmod, chown, utimens and truncate.
+func (fs *FS) Setattr(in *Inode, sa SetAttr) error {
+	if sa.Size != nil {
+		if err := fs.Truncate(in, *sa.Size); err != nil {
+			return err
+		}
+	}
+	if sa.Mode == nil && sa.UID == nil && sa.GID == nil && sa.Atime == nil && sa.Mtime == nil {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	nd := in.d
+	if sa.Mode != nil {
+		nd.Mode = nd.Mode&format.ModeType | *sa.Mode&format.ModePerm
+	}
+	if sa.UID != nil {
+		nd.UID = *sa.UID
+	}
+	if sa.GID != nil {
+		nd.GID = *sa.GID
+	}
+	if (sa.UID != nil || sa.GID != nil) && !in.IsDir() && sa.Mode == nil {
+		nd.Mode &^= 0o6000 // chown drops setuid/setgid, as kernel file systems do
+	}
+	if sa.Atime != nil {
+		nd.Atime = sa.Atime.UnixNano()
+	}
+	if sa.Mtime != nil {
+		nd.Mtime = sa.Mtime.UnixNano()
+	}
+	nd.Ctime = time.Now().UnixNano()
+	c := fs.begin()
+	c.putInode(in, nd)
+	return c.commit()
+}
+
+// Opened counts an open handle; Released drops one and frees an unlinked
+// file with its last handle.
+func (fs *FS) Opened(in *Inode) {
+	in.mu.Lock()
+	in.opens++
+	in.mu.Unlock()
+}
+
+// Released drops an open handle.
+func (fs *FS) Released(in *Inode) error {
+	in.mu.Lock()
+	in.opens--
+	orphan := in.opens == 0 && in.d.Nlink == 0
+	in.mu.Unlock()
+	if !orphan {
+		return nil
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	in.mu.Lock()
+	still := in.opens == 0 && in.d.Nlink == 0 && fs.Inode(in.Ino) == in
+	in.mu.Unlock()
+	if !still {
+		return nil
+	}
+	if err := fs.freeInode(in); err != nil {
+		return fmt.Errorf("freeing unlinked inode %d: %w", in.Ino, err)
+	}
+	return nil
+}

@@ -1,0 +1,489 @@
+package pool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/journal"
+)
+
+// MaxFileSize bounds file sizes (and keeps block arithmetic far from
+// overflow).
+const MaxFileSize = 1 << 50
+
+// Inode is the DRAM state of one live inode.
+type Inode struct {
+	fs  *FS
+	Ino Ino
+
+	rw sync.RWMutex // see the lock order in pool.go
+	mu sync.Mutex
+
+	d           format.Inode    // persistent fields as last committed (times may run ahead, see timesDirty)
+	exts        []format.Extent // sorted by Logical, non-overlapping
+	ovf         []Blk           // extent overflow chain on media, in order
+	xattrs      []format.Xattr  // decoded xattr region
+	xattrBlocks uint64          // length of the xattr region
+	dir         *dirIndex       // directories only
+	parent      Ino             // directories only: the one directory that names it
+	opens       int             // open handles (FUSE opens)
+	dirty       []format.Extent // pool block ranges written since the last fsync (Phys, Len)
+	allDirty    bool            // too many ranges: flush every extent
+	timesDirty  bool            // d's times changed in DRAM only
+}
+
+// Attr is a snapshot of an inode's attributes.
+type Attr struct {
+	Ino                 Ino
+	Gen                 uint64
+	Mode                uint32
+	UID, GID            uint32
+	Nlink               uint32
+	Size                uint64
+	Blocks              uint64 // 512-byte units
+	Atime, Mtime, Ctime time.Time
+}
+
+// Attr returns the inode's attributes.
+func (in *Inode) Attr() Attr {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.attrLocked()
+}
+
+func (in *Inode) attrLocked() Attr {
+	var blocks uint64
+	for _, e := range in.exts {
+		blocks += e.Len
+	}
+	return Attr{
+		Ino: in.Ino, Gen: in.d.Gen, Mode: in.d.Mode, UID: in.d.UID, GID: in.d.GID,
+		Nlink: in.d.Nlink, Size: in.d.Size, Blocks: blocks * (format.BlockSize / 512),
+		Atime: time.Unix(0, in.d.Atime), Mtime: time.Unix(0, in.d.Mtime), Ctime: time.Unix(0, in.d.Ctime),
+	}
+}
+
+// IsDir reports whether the inode is a directory.
+func (in *Inode) IsDir() bool { return in.d.Mode&format.ModeType == format.ModeDir }
+
+// Mode returns the file type and permission bits.
+func (in *Inode) Mode() uint32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.d.Mode
+}
+
+// Inode returns the live inode ino, or nil.
+func (fs *FS) Inode(ino Ino) *Inode {
+	fs.imu.Lock()
+	defer fs.imu.Unlock()
+	return fs.inodes[ino]
+}
+
+// Root returns the root directory.
+func (fs *FS) Root() *Inode { return fs.Inode(format.RootIno) }
+
+// ---------------------------------------------------------------------
+// Changes: a journal transaction plus its DRAM side effects.
+
+type change struct {
+	fs        *FS
+	tx        *journal.Tx
+	allocated []format.Extent // returned to the allocator if the change aborts
+	freed     []format.Extent // returned to the allocator after commit
+	after     []func()        // DRAM updates, applied after commit
+	undo      []func()        // DRAM updates made while staging, reverted (last first) on abort
+}
+
+func (fs *FS) begin() *change { return &change{fs: fs, tx: fs.j.Begin()} }
+
+// commit makes the change durable and applies its DRAM side effects.
+func (c *change) commit() error {
+	if err := c.tx.Commit(); err != nil {
+		c.abort()
+		if errors.Is(err, journal.ErrTooLarge) {
+			return fmt.Errorf("%w: %v", ErrTooBig, err)
+		}
+		return err
+	}
+	for _, f := range c.after {
+		f()
+	}
+	for _, e := range c.freed {
+		c.fs.releaseBlocks(e.Phys, e.Len)
+	}
+	return nil
+}
+
+func (c *change) abort() {
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		c.undo[i]()
+	}
+	c.undo = nil
+	for _, e := range c.allocated {
+		c.fs.alloc.release(e.Phys, e.Len)
+	}
+	c.allocated = nil
+}
+
+// releaseBlocks returns blocks to the allocator, punching them out of an
+// emulated pool file so their memory or disk space is given back.
+func (fs *FS) releaseBlocks(b Blk, n uint64) {
+	if z, ok := fs.m.(interface{ Zero(off, n int64) error }); ok {
+		_ = z.Zero(int64(b.Off()), int64(n*format.BlockSize))
+	}
+	fs.alloc.release(b, n)
+}
+
+// allocBlocks allocates n blocks near goal, zeroed, recorded in the
+// change so an abort returns them.
+func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
+	runs := c.fs.alloc.allocRuns(goal, n)
+	if runs == nil {
+		return nil, ErrNoSpace
+	}
+	c.allocated = append(c.allocated, runs...)
+	return runs, nil
+}
+
+// putInode stages inode d for in and installs it in DRAM after commit.
+func (c *change) putInode(in *Inode, d format.Inode) {
+	var buf [format.InodeSize]byte
+	d.Encode(buf[:])
+	c.tx.Write(c.fs.sb.InodeOff(in.Ino), buf[:])
+	c.after = append(c.after, func() { in.d = d; in.timesDirty = false })
+}
+
+// putExtentsLocked stages a new extent list for in into d (inline part)
+// and overflow blocks, writing only overflow blocks whose bytes change.
+func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Extent) error {
+	fs := c.fs
+	d.Extents = uint32(len(exts))
+	d.Inline = [format.InlineExtents]format.Extent{}
+	copy(d.Inline[:], exts)
+	var rest []format.Extent
+	if len(exts) > format.InlineExtents {
+		rest = exts[format.InlineExtents:]
+	}
+	need := (len(rest) + format.OverflowSlot - 1) / format.OverflowSlot
+	ovf := slices.Clone(in.ovf)
+	if need > len(ovf) {
+		goal := fs.sb.DataStart
+		if len(ovf) > 0 {
+			goal = ovf[len(ovf)-1] + 1
+		}
+		for len(ovf) < need {
+			runs, err := c.allocBlocks(goal, 1)
+			if err != nil {
+				return err
+			}
+			ovf = append(ovf, runs[0].Phys)
+		}
+	}
+	for _, b := range ovf[need:] {
+		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
+	}
+	ovf = ovf[:need]
+	d.Overflow = 0
+	if need > 0 {
+		d.Overflow = ovf[0]
+	}
+	buf := make([]byte, format.BlockSize)
+	media := fs.m.Bytes()
+	for i, b := range ovf {
+		chunk := rest[i*format.OverflowSlot : min(len(rest), (i+1)*format.OverflowSlot)]
+		var next Blk
+		if i+1 < len(ovf) {
+			next = ovf[i+1]
+		}
+		format.EncodeOverflow(buf, chunk, next)
+		off := b.Off()
+		if !bytes.Equal(media[off:off+format.BlockSize], buf) {
+			c.tx.Write(off, buf)
+		}
+	}
+	exts = slices.Clone(exts)
+	c.after = append(c.after, func() { in.exts = exts; in.ovf = ovf })
+	return nil
+}
+
+// ---------------------------------------------------------------------
+// Extent arithmetic on sorted lists.
+
+// lookupLocked maps file block fb: ok with the pool block and how many
+// blocks are contiguous from there, or !ok with the hole's length (0 =
+// no extent after fb).
+func (in *Inode) lookupLocked(fb uint64) (phys Blk, n uint64, ok bool) {
+	exts := in.exts
+	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
+	if i == len(exts) {
+		return 0, 0, false
+	}
+	e := exts[i]
+	if e.Logical <= fb {
+		return e.Phys + Blk(fb-e.Logical), e.End() - fb, true
+	}
+	return 0, e.Logical - fb, false
+}
+
+// mergeExtents returns exts with add (which must not overlap exts)
+// inserted, adjacent extents merged.
+func mergeExtents(exts, add []format.Extent) []format.Extent {
+	out := make([]format.Extent, 0, len(exts)+len(add))
+	out = append(out, exts...)
+	out = append(out, add...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Logical < out[j].Logical })
+	merged := out[:0]
+	for _, e := range out {
+		if n := len(merged); n > 0 {
+			p := &merged[n-1]
+			if p.End() == e.Logical && p.Phys+Blk(p.Len) == e.Phys {
+				p.Len += e.Len
+				continue
+			}
+		}
+		merged = append(merged, e)
+	}
+	return merged
+}
+
+// cutExtents removes file blocks [from, to) from exts: kept is the new
+// list, removed the pool blocks no longer mapped.
+func cutExtents(exts []format.Extent, from, to uint64) (kept, removed []format.Extent) {
+	for _, e := range exts {
+		if e.End() <= from || e.Logical >= to {
+			kept = append(kept, e)
+			continue
+		}
+		if e.Logical < from {
+			kept = append(kept, format.Extent{Logical: e.Logical, Phys: e.Phys, Len: from - e.Logical})
+		}
+		lo, hi := max(e.Logical, from), min(e.End(), to)
+		removed = append(removed, format.Extent{Logical: lo, Phys: e.Phys + Blk(lo-e.Logical), Len: hi - lo})
+		if e.End() > to {
+			kept = append(kept, format.Extent{Logical: to, Phys: e.Phys + Blk(to-e.Logical), Len: e.End() - to})
+		}
+	}
+	return kept, removed
+}
+
+// holesLocked lists the unmapped file-block ranges within [from, to).
+func (in *Inode) holesLocked(from, to uint64) []format.Extent {
+	var holes []format.Extent
+	for fb := from; fb < to; {
+		_, n, ok := in.lookupLocked(fb)
+		if n == 0 || fb+n > to {
+			n = to - fb
+		}
+		if !ok {
+			holes = append(holes, format.Extent{Logical: fb, Len: n})
+		}
+		fb += n
+	}
+	return holes
+}
+
+// goalLocked is the pool block where file block fb would best go: right
+// after the physical block of the nearest mapped block before it.
+func (in *Inode) goalLocked(fb uint64) Blk {
+	exts := in.exts
+	i := sort.Search(len(exts), func(i int) bool { return exts[i].Logical >= fb })
+	if i > 0 {
+		e := exts[i-1]
+		return e.Phys + Blk(fb-e.Logical)
+	}
+	if i < len(exts) && exts[i].Phys > Blk(exts[i].Logical-fb) {
+		return exts[i].Phys - Blk(exts[i].Logical-fb)
+	}
+	return 0
+}
+
+// ---------------------------------------------------------------------
+// Loading at mount.
+
+func (fs *FS) load() error {
+	b := fs.m.Bytes()
+	for ino := Ino(fs.sb.InodeCount - 1); ino >= 1; ino-- {
+		off := fs.sb.InodeOff(ino)
+		slot := b[off : off+format.InodeSize]
+		if format.IsZero(slot) {
+			fs.freeIno = append(fs.freeIno, ino)
+			continue
+		}
+		d, err := format.DecodeInode(slot)
+		if err != nil {
+			return fmt.Errorf("inode %d (byte %d): %w", ino, off, err)
+		}
+		in := &Inode{fs: fs, Ino: ino, d: d}
+		if err := fs.loadExtents(in); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+		if d.Xattr != 0 {
+			var nb uint64
+			if fs.sb.ValidData(d.Xattr, 1) {
+				nb = uint64(format.XattrRegionBlocks(b[d.Xattr.Off():]))
+			}
+			if nb == 0 || !fs.sb.ValidData(d.Xattr, nb) || !fs.alloc.markUsed(d.Xattr, nb) {
+				return fmt.Errorf("inode %d: xattr region at block %d out of range or shared", ino, d.Xattr)
+			}
+			xo := d.Xattr.Off()
+			if in.xattrs, err = format.DecodeXattrs(b[xo : xo+format.Off(nb)*format.BlockSize]); err != nil {
+				return fmt.Errorf("inode %d: xattr region at block %d: %w", ino, d.Xattr, err)
+			}
+			in.xattrBlocks = nb
+		}
+		fs.inodes[ino] = in
+	}
+	root := fs.inodes[format.RootIno]
+	if root == nil || !root.IsDir() {
+		return fmt.Errorf("%w: root inode %d is not a directory", format.ErrCorrupt, format.RootIno)
+	}
+	for _, in := range fs.inodes {
+		if in.IsDir() {
+			if err := fs.loadDir(in); err != nil {
+				return fmt.Errorf("directory inode %d: %w", in.Ino, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (fs *FS) loadExtents(in *Inode) error {
+	d := &in.d
+	n := int(d.Extents)
+	exts := make([]format.Extent, 0, n)
+	exts = append(exts, d.Inline[:min(n, format.InlineExtents)]...)
+	b := fs.m.Bytes()
+	for blk := d.Overflow; blk != 0; {
+		if len(in.ovf) > n/format.OverflowSlot+1 || !fs.sb.ValidData(blk, 1) {
+			return fmt.Errorf("extent overflow chain: block %d out of range or looping", blk)
+		}
+		if !fs.alloc.markUsed(blk, 1) {
+			return fmt.Errorf("extent overflow block %d is used twice", blk)
+		}
+		in.ovf = append(in.ovf, blk)
+		more, next, err := format.DecodeOverflow(b[blk.Off() : blk.Off()+format.BlockSize])
+		if err != nil {
+			return fmt.Errorf("extent overflow block %d: %w", blk, err)
+		}
+		exts = append(exts, more...)
+		blk = next
+	}
+	if len(exts) != n {
+		return fmt.Errorf("%w: %d extents stored, count says %d", format.ErrCorrupt, len(exts), n)
+	}
+	var prevEnd uint64
+	for i, e := range exts {
+		if e.Len == 0 || (i > 0 && e.Logical < prevEnd) || e.End() > MaxFileSize/format.BlockSize || !fs.sb.ValidData(e.Phys, e.Len) {
+			return fmt.Errorf("%w: extent %d {file block %d, pool block %d, %d blocks} invalid or out of order", format.ErrCorrupt, i, e.Logical, e.Phys, e.Len)
+		}
+		if !fs.alloc.markUsed(e.Phys, e.Len) {
+			return fmt.Errorf("%w: extent %d: pool blocks %d..%d are used twice", format.ErrCorrupt, i, e.Phys, uint64(e.Phys)+e.Len-1)
+		}
+		prevEnd = e.End()
+	}
+	in.exts = exts
+	return nil
+}
+
+// newIno takes a free inode slot.
+func (fs *FS) newIno() (Ino, error) {
+	fs.imu.Lock()
+	defer fs.imu.Unlock()
+	if len(fs.freeIno) == 0 {
+		return 0, fmt.Errorf("%w: all %d inodes in use", ErrNoSpace, fs.sb.InodeCount-1)
+	}
+	ino := fs.freeIno[len(fs.freeIno)-1]
+	fs.freeIno = fs.freeIno[:len(fs.freeIno)-1]
+	fs.genSeq++
+	return ino, nil
+}
+
+func (fs *FS) putBackIno(ino Ino) {
+	fs.imu.Lock()
+	fs.freeIno = append(fs.freeIno, ino)
+	fs.imu.Unlock()
+}
+
+// freeInode clears an inode's slot; its blocks return to the allocator.
+// The caller holds no lock of in.
+func (fs *FS) freeInode(in *Inode) error {
+	in.rw.Lock()
+	defer in.rw.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := fs.begin()
+	var zero [format.InodeSize]byte
+	c.tx.Write(fs.sb.InodeOff(in.Ino), zero[:])
+	c.freed = append(c.freed, in.exts...)
+	for _, b := range in.ovf {
+		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
+	}
+	if in.d.Xattr != 0 {
+		c.freed = append(c.freed, format.Extent{Phys: in.d.Xattr, Len: in.xattrBlocks})
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	in.exts, in.ovf, in.xattrs = nil, nil, nil
+	fs.imu.Lock()
+	delete(fs.inodes, in.Ino)
+	fs.freeIno = append(fs.freeIno, in.Ino)
+	fs.imu.Unlock()
+	return nil
+}
+
+// syncLocked persists DRAM-only times and flushes written data.
+func (in *Inode) syncLocked() error {
+	in.flushDataLocked()
+	if !in.timesDirty {
+		return nil
+	}
+	c := in.fs.begin()
+	c.putInode(in, in.d)
+	return c.commit()
+}
+
+// flushDataLocked persists the data written since the last call.
+func (in *Inode) flushDataLocked() {
+	m := in.fs.m
+	ranges := in.dirty
+	if in.allDirty {
+		ranges = in.exts
+	}
+	for _, e := range ranges {
+		m.Flush(int64(e.Phys.Off()), int64(e.Len*format.BlockSize))
+	}
+	if len(ranges) > 0 {
+		m.Fence()
+	}
+	in.dirty, in.allDirty = in.dirty[:0], false
+}
+
+// markDirtyLocked records pool blocks [b, b+n) as written.
+func (in *Inode) markDirtyLocked(b Blk, n uint64) {
+	if in.allDirty {
+		return
+	}
+	if k := len(in.dirty); k > 0 {
+		last := &in.dirty[k-1]
+		if last.Phys+Blk(last.Len) == b {
+			last.Len += n
+			return
+		}
+		if last.Phys <= b && b+Blk(n) <= last.Phys+Blk(last.Len) {
+			return
+		}
+	}
+	if len(in.dirty) >= 4096 {
+		in.allDirty = true
+		return
+	}
+	in.dirty = append(in.dirty, format.Extent{Phys: b, Len: n})
+}

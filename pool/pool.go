@@ -1,0 +1,309 @@
+// Package pool is the mounted file system: a DRAM index over the
+// persistent structures of package format, changed only through journal
+// transactions.
+//
+// Persistent and DRAM state are kept apart: an Inode holds a decoded copy
+// of its slot (d) plus DRAM-only indexes (sorted extents, directory name
+// map, xattr list, open count). Every change to persistent state is staged
+// into a journal.Tx as whole encoded structures and becomes visible in
+// DRAM only after the transaction commits.
+//
+// Lock order (acquire top to bottom; never the reverse):
+//
+//	FS.nsMu        namespace changes (create, link, unlink, rename, mkdir, rmdir, symlink)
+//	Inode.rw       data: shared by reads, exclusive by writes and size changes
+//	Inode.mu       persistent fields and DRAM indexes; several at once only while holding FS.nsMu
+//	               (namespace operations are the only multi-inode lockers, and nsMu serialises them)
+//	FS.imu         inode table (the Ino -> *Inode map and free slots)
+//	journal        one transaction at a time (journal.Journal.mu)
+//	allocator      free-block bitmap (allocator.mu)
+//
+// Functions whose name ends in Locked expect Inode.mu of their receiver held.
+package pool
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/journal"
+	"github.com/dnnfs/dnnfs/pmem"
+)
+
+// Errors the file system operations return. The FUSE layer maps them to
+// errno values; nothing below fs/ speaks syscall.Errno.
+var (
+	ErrNotFound    = errors.New("no such file or directory")
+	ErrExist       = errors.New("file exists")
+	ErrNotEmpty    = errors.New("directory not empty")
+	ErrIsDir       = errors.New("is a directory")
+	ErrNotDir      = errors.New("not a directory")
+	ErrNameTooLong = errors.New("file name too long")
+	ErrNoSpace     = errors.New("no space left in the pool")
+	ErrInvalid     = errors.New("invalid argument")
+	ErrNoAttr      = errors.New("no such attribute")
+	ErrRange       = errors.New("buffer too small")
+	ErrTooBig      = errors.New("file too large")
+	ErrNotSupp     = errors.New("operation not supported")
+	ErrNotPool     = errors.New("not a dnnfs pool")
+	ErrPerm        = errors.New("operation not permitted")
+	ErrLoop        = errors.New("too many links")
+)
+
+// Ino etc. re-exported for callers.
+type (
+	Ino = format.Ino
+	Blk = format.Blk
+)
+
+// FS is a mounted pool.
+type FS struct {
+	m   pmem.Medium
+	sb  format.Superblock
+	j   *journal.Journal
+	log *zap.Logger
+
+	nsMu sync.Mutex
+
+	imu     sync.Mutex
+	inodes  map[Ino]*Inode
+	freeIno []Ino // free slots, lowest last (popped first)
+	genSeq  uint64
+
+	alloc allocator
+	zero  []byte // read-only zeros served for holes
+
+	closed atomic.Bool
+	// Counters for status.
+	stats Stats
+}
+
+// Stats are counters for `dnnfs status`.
+type Stats struct {
+	Reads, Writes         atomic.Uint64
+	ReadBytes, WriteBytes atomic.Uint64
+	Fsyncs                atomic.Uint64
+}
+
+// Options for Open.
+type Options struct {
+	Log *zap.Logger
+}
+
+// MountReport says what Open found and did.
+type MountReport struct {
+	WasClean       bool
+	ReplayedRecs   int
+	OrphansFreed   int
+	ReplicaUsed    bool // the primary superblock was bad; the replica was used and copied back
+	Inodes         int
+	UsedBlocks     uint64
+	FreeBlocks     uint64
+	PrimarySBError error
+}
+
+// Format writes an empty file system onto m. uid and gid own the root.
+func Format(m pmem.Medium, uid, gid uint32) error {
+	sb, err := format.Geometry(m.Size())
+	if err != nil {
+		return fmt.Errorf("%w: %v", pmem.ErrTooSmall, err)
+	}
+	if _, err := rand.Read(sb.UUID[:]); err != nil {
+		return err
+	}
+	now := time.Now().UnixNano()
+	sb.Created = now
+	b := m.Bytes()
+	// Invalidate the superblocks first: a crash during mkfs leaves "not a pool".
+	clear(b[:2*format.BlockSize])
+	m.Persist(0, 2*format.BlockSize)
+	// Metadata regions start out zero (free inodes). Data needs no clearing.
+	zeroRange(m, int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off()))
+	journal.Format(m, &sb)
+	root := format.Inode{Mode: format.ModeDir | 0o755, UID: uid, GID: gid, Nlink: 2, Gen: 1,
+		Atime: now, Mtime: now, Ctime: now}
+	off := sb.InodeOff(format.RootIno)
+	root.Encode(b[off : off+format.InodeSize])
+	m.Persist(int64(off), format.InodeSize)
+	sb.State = format.StateClean
+	sb.Encode(b[format.SuperReplica.Off():])
+	m.Persist(int64(format.SuperReplica.Off()), format.SuperSize)
+	sb.Encode(b[format.SuperPrimary.Off():])
+	m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize)
+	return nil
+}
+
+// zeroRange makes [off, off+n) read as zero and durable, cheaply on
+// media that can punch holes.
+func zeroRange(m pmem.Medium, off, n int64) {
+	if z, ok := m.(interface{ Zero(off, n int64) error }); ok {
+		if z.Zero(off, n) == nil {
+			return
+		}
+	}
+	clear(m.Bytes()[off : off+n])
+	m.Persist(off, n)
+}
+
+// ReadSuperblock decodes the primary superblock, falling back to the
+// replica. primaryErr is the primary's problem when the replica was used.
+func ReadSuperblock(m pmem.Medium) (sb format.Superblock, primaryErr error, err error) {
+	b := m.Bytes()
+	if len(b) < 2*format.BlockSize {
+		return sb, nil, fmt.Errorf("%w: %d bytes is smaller than a superblock pair", ErrNotPool, len(b))
+	}
+	sb, perr := format.DecodeSuperblock(b[format.SuperPrimary.Off():], m.Size())
+	if perr == nil {
+		return sb, nil, nil
+	}
+	sb, rerr := format.DecodeSuperblock(b[format.SuperReplica.Off():], m.Size())
+	if rerr == nil {
+		return sb, perr, nil
+	}
+	if errors.Is(perr, format.ErrBadMagic) && errors.Is(rerr, format.ErrBadMagic) {
+		return sb, perr, ErrNotPool
+	}
+	return sb, perr, fmt.Errorf("both superblocks are bad: primary (block 0): %v; replica (block 1): %v", perr, rerr)
+}
+
+// writeSuperblock persists sb to the primary, then the replica, so one
+// copy is always whole.
+func (fs *FS) writeSuperblock() {
+	b := fs.m.Bytes()
+	fs.sb.Encode(b[format.SuperPrimary.Off():])
+	fs.m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize)
+	fs.sb.Encode(b[format.SuperReplica.Off():])
+	fs.m.Persist(int64(format.SuperReplica.Off()), format.SuperSize)
+}
+
+// Open mounts the file system on m: replays the journal, loads every
+// inode, rebuilds free space and frees orphans.
+func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
+	log := opts.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	sb, perr, err := ReadSuperblock(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
+	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20)}
+	if fs.j, err = journal.Open(m, &sb); err != nil {
+		return nil, nil, err
+	}
+	if rep.ReplayedRecs, err = fs.j.Replay(); err != nil {
+		return nil, nil, fmt.Errorf("journal replay: %w; run `dnnfs fsck --pool PATH`", err)
+	}
+	fs.alloc.init(sb.DataStart, sb.Blocks)
+	if err := fs.load(); err != nil {
+		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
+	}
+	// Orphans: unlinked while open when the last daemon died.
+	var orphans []*Inode
+	for _, in := range fs.inodes {
+		if in.d.Nlink == 0 {
+			orphans = append(orphans, in)
+		}
+	}
+	for _, in := range orphans {
+		if err := fs.freeInode(in); err != nil {
+			return nil, nil, fmt.Errorf("freeing orphan inode %d: %w", in.Ino, err)
+		}
+	}
+	rep.OrphansFreed = len(orphans)
+	fs.sb.State = format.StateMounted
+	fs.sb.MountCount++
+	fs.sb.MountTime = time.Now().UnixNano()
+	fs.writeSuperblock()
+	fs.genSeq = fs.sb.MountCount << 32
+	rep.Inodes = len(fs.inodes)
+	rep.FreeBlocks = fs.alloc.free()
+	rep.UsedBlocks = sb.Blocks - uint64(sb.DataStart) - rep.FreeBlocks
+	return fs, rep, nil
+}
+
+// Close flushes DRAM-only state (times), marks the pool clean and
+// persists everything. The medium stays open; the caller closes it.
+func (fs *FS) Close() error {
+	if fs.closed.Swap(true) {
+		return nil
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	var firstErr error
+	fs.imu.Lock()
+	all := make([]*Inode, 0, len(fs.inodes))
+	for _, in := range fs.inodes {
+		all = append(all, in)
+	}
+	fs.imu.Unlock()
+	for _, in := range all {
+		in.mu.Lock()
+		if in.d.Nlink == 0 {
+			in.mu.Unlock()
+			if err := fs.freeInode(in); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		err := in.syncLocked()
+		in.mu.Unlock()
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	fs.m.Persist(0, fs.m.Size())
+	if firstErr != nil {
+		return firstErr
+	}
+	fs.sb.State = format.StateClean
+	fs.writeSuperblock()
+	return nil
+}
+
+// Superblock returns a copy of the superblock.
+func (fs *FS) Superblock() format.Superblock { return fs.sb }
+
+// Medium returns the pool's medium.
+func (fs *FS) Medium() pmem.Medium { return fs.m }
+
+// Log returns the file system's logger.
+func (fs *FS) Log() *zap.Logger { return fs.log }
+
+// StatFS describes capacity for statfs(2).
+type StatFS struct {
+	Blocks, Free uint64
+	Files, FFree uint64
+	BlockSize    uint32
+	NameLen      uint32
+}
+
+// Statfs reports capacity.
+func (fs *FS) Statfs() StatFS {
+	fs.imu.Lock()
+	used := uint64(len(fs.inodes))
+	fs.imu.Unlock()
+	return StatFS{
+		Blocks: fs.sb.Blocks - uint64(fs.sb.DataStart), Free: fs.alloc.free(),
+		Files: fs.sb.InodeCount - 1, FFree: fs.sb.InodeCount - 1 - used,
+		BlockSize: format.BlockSize, NameLen: format.MaxNameLen,
+	}
+}
+
+// StatsSnapshot returns the counters.
+func (fs *FS) StatsSnapshot() map[string]uint64 {
+	c, b := fs.j.Stats()
+	return map[string]uint64{
+		"reads": fs.stats.Reads.Load(), "writes": fs.stats.Writes.Load(),
+		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
+		"fsyncs": fs.stats.Fsyncs.Load(), "journal_commits": c, "journal_bytes": b,
+		"free_blocks": fs.alloc.free(),
+	}
+}

@@ -1,0 +1,112 @@
+package pool
+
+import (
+	"slices"
+	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+)
+
+// Xattr flags (setxattr(2)).
+const (
+	XattrCreate  = 1
+	XattrReplace = 2
+)
+
+// Getxattr returns the value of attribute name.
+func (fs *FS) Getxattr(in *Inode, name string) ([]byte, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, x := range in.xattrs {
+		if x.Name == name {
+			return slices.Clone(x.Value), nil
+		}
+	}
+	return nil, ErrNoAttr
+}
+
+// Listxattr returns the attribute names.
+func (fs *FS) Listxattr(in *Inode) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	names := make([]string, len(in.xattrs))
+	for i, x := range in.xattrs {
+		names[i] = x.Name
+	}
+	return names
+}
+
+// Setxattr sets attribute name (flags: XattrCreate, XattrReplace).
+func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error {
+	if len(name) == 0 || len(name) > 255 {
+		return ErrRange
+	}
+	if len(value) > format.XAMaxValue {
+		return ErrTooBig
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	i := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == name })
+	switch {
+	case i >= 0 && flags&XattrCreate != 0:
+		return ErrExist
+	case i < 0 && flags&XattrReplace != 0:
+		return ErrNoAttr
+	}
+	xs := slices.Clone(in.xattrs)
+	x := format.Xattr{Name: name, Value: slices.Clone(value)}
+	if i >= 0 {
+		xs[i] = x
+	} else {
+		xs = append(xs, x)
+	}
+	return fs.putXattrsLocked(in, xs)
+}
+
+// Removexattr deletes attribute name.
+func (fs *FS) Removexattr(in *Inode, name string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	i := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == name })
+	if i < 0 {
+		return ErrNoAttr
+	}
+	return fs.putXattrsLocked(in, slices.Delete(slices.Clone(in.xattrs), i, i+1))
+}
+
+// putXattrsLocked rewrites the inode's xattr region through the journal,
+// moving it to a new run of blocks when its length changes.
+func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
+	nb := uint64(format.XattrBlocks(xs))
+	if nb == 0 {
+		return ErrNoSpace
+	}
+	c := fs.begin()
+	nd := in.d
+	nd.Ctime = time.Now().UnixNano()
+	if nd.Xattr != 0 && (len(xs) == 0 || nb != in.xattrBlocks) {
+		c.freed = append(c.freed, format.Extent{Phys: nd.Xattr, Len: in.xattrBlocks})
+		nd.Xattr = 0
+	}
+	if len(xs) == 0 {
+		nb = 0
+	} else {
+		if nd.Xattr == 0 {
+			b, got := fs.alloc.alloc(fs.sb.DataStart, nb)
+			if got > 0 {
+				c.allocated = append(c.allocated, format.Extent{Phys: b, Len: got})
+			}
+			if got < nb {
+				c.abort()
+				return ErrNoSpace
+			}
+			nd.Xattr = b
+		}
+		buf := make([]byte, nb*format.BlockSize)
+		format.EncodeXattrs(buf, xs)
+		c.tx.Write(nd.Xattr.Off(), buf)
+	}
+	c.putInode(in, nd)
+	c.after = append(c.after, func() { in.xattrs, in.xattrBlocks = xs, nb })
+	return c.commit()
+}
