@@ -41,39 +41,31 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	return fh, fl, 0
 }
 
-// readResult hands slices of the pool mapping to go-fuse, which writes
+// sliceResult hands slices of the pool mapping to go-fuse, which writes
 // them to the kernel with writev; Done releases the file's read lock
 // afterwards, so no writer changes the bytes while they are in flight.
-type readResult struct {
-	data [][]byte
-	size int
-	done func()
-}
+type sliceResult struct{ r *pool.ReadData }
 
-func (r *readResult) Bytes(buf []byte) ([]byte, fuse.Status) {
-	if len(r.data) == 1 {
-		return r.data[0], fuse.OK
+func (s sliceResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if len(s.r.Slices) == 1 {
+		return s.r.Slices[0], fuse.OK
 	}
 	p := 0
-	for _, d := range r.data {
+	for _, d := range s.r.Slices {
 		p += copy(buf[p:], d)
 	}
 	return buf[:p], fuse.OK
 }
-func (r *readResult) Size() int                       { return r.size }
-func (r *readResult) Done()                           { r.done() }
-func (r *readResult) Slices() ([][]byte, fuse.Status) { return r.data, fuse.OK }
+func (s sliceResult) Size() int                       { return s.r.Size }
+func (s sliceResult) Done()                           { s.r.Done() }
+func (s sliceResult) Slices() ([][]byte, fuse.Status) { return s.r.Slices, fuse.OK }
 
 func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	data, done, err := n.p.Read(n.in, off, len(dest))
+	r, err := n.p.Read(n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
 	}
-	size := 0
-	for _, d := range data {
-		size += len(d)
-	}
-	return &readResult{data: data, size: size, done: done}, 0
+	return sliceResult{r}, 0
 }
 
 func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {

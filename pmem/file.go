@@ -380,3 +380,12 @@ func (m *fileMedium) Close() error {
 	openMu.Unlock()
 	return errors.Join(errs...)
 }
+
+// File returns the pool file of an emulated, writable pool (see
+// FileBacked), or nil.
+func (m *fileMedium) File() *os.File {
+	if m.kind != Emulated || m.readOnly {
+		return nil
+	}
+	return m.f
+}

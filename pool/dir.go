@@ -101,12 +101,14 @@ func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino I
 		if goal == 0 {
 			goal = c.fs.sb.DataStart
 		}
-		runs, err := c.allocBlocks(goal, 1)
+		b, err := c.allocMeta(goal, 1)
 		if err != nil {
 			return err
 		}
-		b := runs[0].Phys
 		zeroRange(c.fs.m, int64(b.Off()), format.BlockSize)
+		if err := c.fs.materialize(b, 1); err != nil {
+			return err
+		}
 		exts := mergeExtents(dir.exts, []format.Extent{{Logical: nblocks, Phys: b, Len: 1}})
 		// Later entries in this change must see the new block.
 		old := dir.exts
@@ -263,12 +265,12 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 		child.parent = dir.Ino
 	}
 	if typ == format.ModeLnk {
-		runs, err := c.allocBlocks(fs.sb.DataStart, 1)
+		b, err := c.allocMeta(fs.sb.DataStart, 1)
 		if err != nil {
+			c.abort()
 			fs.putBackIno(ino)
 			return nil, err
 		}
-		b := runs[0].Phys
 		buf := fs.m.Bytes()[b.Off() : b.Off()+format.BlockSize]
 		clear(buf[copy(buf, ni.Target):])
 		fs.m.Persist(int64(b.Off()), format.BlockSize)

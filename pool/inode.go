@@ -141,8 +141,8 @@ func (fs *FS) releaseBlocks(b Blk, n uint64) {
 	fs.alloc.release(b, n)
 }
 
-// allocBlocks allocates n blocks near goal, zeroed, recorded in the
-// change so an abort returns them.
+// allocBlocks allocates n blocks near goal, recorded in the change so an
+// abort returns them. Their content is undefined.
 func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 	runs := c.fs.alloc.allocRuns(goal, n)
 	if runs == nil {
@@ -150,6 +150,22 @@ func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 	}
 	c.allocated = append(c.allocated, runs...)
 	return runs, nil
+}
+
+// allocMeta allocates one run of n blocks for metadata that will be stored
+// through the mapping (directory, overflow, xattr, symlink blocks).
+func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {
+	b, got := c.fs.alloc.alloc(goal, n)
+	if got > 0 {
+		c.allocated = append(c.allocated, format.Extent{Phys: b, Len: got})
+	}
+	if got < n {
+		return 0, ErrNoSpace
+	}
+	if err := c.fs.materialize(b, n); err != nil {
+		return 0, err
+	}
+	return b, nil
 }
 
 // putInode stages inode d for in and installs it in DRAM after commit.
@@ -179,11 +195,11 @@ func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Exte
 			goal = ovf[len(ovf)-1] + 1
 		}
 		for len(ovf) < need {
-			runs, err := c.allocBlocks(goal, 1)
+			b, err := c.allocMeta(goal, 1)
 			if err != nil {
 				return err
 			}
-			ovf = append(ovf, runs[0].Phys)
+			ovf = append(ovf, b)
 		}
 	}
 	for _, b := range ovf[need:] {

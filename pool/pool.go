@@ -25,11 +25,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
@@ -77,7 +79,8 @@ type FS struct {
 	genSeq  uint64
 
 	alloc allocator
-	zero  []byte // read-only zeros served for holes
+	zero  []byte   // read-only zeros served for holes
+	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
 
 	closed atomic.Bool
 	// Counters for status.
@@ -124,7 +127,15 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	clear(b[:2*format.BlockSize])
 	m.Persist(0, 2*format.BlockSize)
 	// Metadata regions start out zero (free inodes). Data needs no clearing.
-	zeroRange(m, int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off()))
+	metaOff, metaLen := int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off())
+	zeroRange(m, metaOff, metaLen)
+	// On a sparse pool file, back the metadata regions now: a store into a
+	// hole of a full disk would kill the daemon with SIGBUS.
+	if fb, ok := m.(pmem.FileBacked); ok && fb.File() != nil {
+		if err := unix.Fallocate(int(fb.File().Fd()), 0, metaOff, metaLen); err != nil {
+			return fmt.Errorf("reserving %d bytes of metadata in the pool file: %w", metaLen, err)
+		}
+	}
 	journal.Format(m, &sb)
 	root := format.Inode{Mode: format.ModeDir | 0o755, UID: uid, GID: gid, Nlink: 2, Gen: 1,
 		Atime: now, Mtime: now, Ctime: now}
@@ -149,6 +160,22 @@ func zeroRange(m pmem.Medium, off, n int64) {
 	}
 	clear(m.Bytes()[off : off+n])
 	m.Persist(off, n)
+}
+
+// materialize backs blocks [b, b+n) of a sparse pool file before metadata
+// is stored into them through the mapping, turning a full disk into
+// ENOSPC instead of SIGBUS.
+func (fs *FS) materialize(b Blk, n uint64) error {
+	if fs.file == nil {
+		return nil
+	}
+	if err := unix.Fallocate(int(fs.file.Fd()), 0, int64(b.Off()), int64(n*format.BlockSize)); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%w: the file system holding the pool file is full", ErrNoSpace)
+		}
+		return fmt.Errorf("backing pool blocks %d..%d: %w", b, uint64(b)+n-1, err)
+	}
+	return nil
 }
 
 // ReadSuperblock decodes the primary superblock, falling back to the
@@ -195,6 +222,9 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	}
 	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
 	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20)}
+	if fb, ok := m.(pmem.FileBacked); ok {
+		fs.file = fb.File()
+	}
 	if fs.j, err = journal.Open(m, &sb); err != nil {
 		return nil, nil, err
 	}

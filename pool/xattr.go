@@ -92,13 +92,10 @@ func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
 		nb = 0
 	} else {
 		if nd.Xattr == 0 {
-			b, got := fs.alloc.alloc(fs.sb.DataStart, nb)
-			if got > 0 {
-				c.allocated = append(c.allocated, format.Extent{Phys: b, Len: got})
-			}
-			if got < nb {
+			b, err := c.allocMeta(fs.sb.DataStart, nb)
+			if err != nil {
 				c.abort()
-				return ErrNoSpace
+				return err
 			}
 			nd.Xattr = b
 		}
