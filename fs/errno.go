@@ -25,6 +25,7 @@ var errnos = []struct {
 	{pool.ErrNotSupp, syscall.EOPNOTSUPP},
 	{pool.ErrPerm, syscall.EPERM},
 	{pool.ErrLoop, syscall.EMLINK},
+	{pool.ErrInterrupted, syscall.EINTR},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

@@ -61,7 +61,7 @@ func (s sliceResult) Done()                           { s.r.Done() }
 func (s sliceResult) Slices() ([][]byte, fuse.Status) { return s.r.Slices, fuse.OK }
 
 func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	r, err := n.p.Read(n.in, off, len(dest))
+	r, err := n.p.ReadAs(callerOf(ctx), n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
 	}
@@ -70,7 +70,7 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 
 func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	h, _ := fh.(*handle)
-	k, err := n.p.Write(n.in, off, data, h != nil && h.appendMode)
+	k, err := n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
 	if err != nil {
 		e := errno(err)
 		if e == syscall.EIO {

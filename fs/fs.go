@@ -118,6 +118,16 @@ func caller(ctx context.Context) (uid, gid uint32) {
 	return 0, 0
 }
 
+// callerOf is the pool's view of a FUSE request: its context (ended on
+// FUSE_INTERRUPT) and the calling thread's id from the request header.
+func callerOf(ctx context.Context) pool.Caller {
+	c := pool.Caller{Ctx: ctx}
+	if fc, ok := fuse.FromContext(ctx); ok {
+		c.TID = fc.Pid
+	}
+	return c
+}
+
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	in, err := n.p.Lookup(n.in, name)
 	if err != nil {
@@ -254,9 +264,12 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // Extended attributes
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	v, err := n.p.Getxattr(n.in, attr)
-	if err != nil {
-		return 0, errno(err)
+	v, ok := n.virtualXattr(attr)
+	if !ok {
+		var err error
+		if v, err = n.p.Getxattr(n.in, attr); err != nil {
+			return 0, errno(err)
+		}
 	}
 	if len(dest) < len(v) {
 		return uint32(len(v)), syscall.ERANGE
@@ -265,6 +278,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if _, ok := n.virtualXattr(attr); ok {
+		return syscall.EPERM // computed, not stored
+	}
 	return n.fail("setxattr", n.p.Setxattr(n.in, attr, data, flags))
 }
 

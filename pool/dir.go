@@ -254,7 +254,7 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	now := time.Now().UnixNano()
 	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
 		Atime: now, Mtime: now, Ctime: now}
-	child := &Inode{fs: fs, Ino: ino}
+	child := &Inode{fs: fs, Ino: ino, typ: typ}
 	c := fs.begin()
 	nd := dir.d
 	nd.Mtime, nd.Ctime = now, now

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/lock"
 )
 
 const bs = format.BlockSize
 
-// Data-path rule: a regular file's extents and size change only with both
-// Inode.rw held exclusively and Inode.mu held, so a holder of either may
-// read them.
+// Data-path rule: a regular file's extents and size change only under
+// Inode.mu, and only for blocks the changer holds an exclusive range lock
+// on (size changes: the whole-file lock). So the holder of a range lock
+// may use a snapshot of the extent list for its range after dropping mu.
 
 // walk calls fn for each piece of [off, off+n) of the file: pool byte
 // offset (or -1 for a hole), position in the caller's buffer, length.
@@ -67,30 +69,36 @@ func (r *ReadData) Done() {
 // copying them. The data stays valid, and writers to the range wait,
 // until Done is called.
 func (fs *FS) Read(in *Inode, off int64, n int) (*ReadData, error) {
+	return fs.ReadAs(Caller{}, in, off, n)
+}
+
+// ReadAs is Read on behalf of a caller (its thread takes the range lock).
+func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 	if off < 0 {
 		return nil, ErrInvalid
 	}
-	in.rw.RLock()
+	if in.IsDir() {
+		return nil, ErrIsDir
+	}
+	l, err := fs.lockData(c, in, off, int64(max(n, 1)), lock.Shared, false)
+	if err != nil {
+		return nil, err
+	}
 	in.mu.Lock()
 	size := int64(in.d.Size)
 	exts := in.exts
-	isDir := in.IsDir()
 	in.mu.Unlock()
-	if isDir {
-		in.rw.RUnlock()
-		return nil, ErrIsDir
-	}
-	r := &ReadData{done: in.rw.RUnlock}
+	r := &ReadData{done: func() { in.locks.Release(l) }}
 	if off >= size || n <= 0 {
 		r.Done()
 		return r, nil
 	}
-	l := min(int64(n), size-off)
-	r.Size = int(l)
+	length := min(int64(n), size-off)
+	r.Size = int(length)
 	fs.stats.Reads.Add(1)
-	fs.stats.ReadBytes.Add(uint64(l))
+	fs.stats.ReadBytes.Add(uint64(length))
 	b := fs.m.Bytes()
-	walk(exts, off, l, func(p int64, _, k int) {
+	walk(exts, off, length, func(p int64, _, k int) {
 		if p < 0 {
 			for k > 0 {
 				z := min(k, len(fs.zero))
@@ -156,26 +164,56 @@ func (fs *FS) zeroPool(off, n int64) error {
 // a crash never exposes stale bytes. Overwrites of mapped blocks are
 // persisted by fsync.
 func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, error) {
-	in.rw.Lock()
-	defer in.rw.Unlock()
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	return fs.WriteAs(Caller{}, in, off, data, appendMode)
+}
+
+// WriteAs is Write on behalf of a caller. A write inside the file takes an
+// exclusive range lock on its blocks and copies its data holding no other
+// lock, so writers of disjoint ranges run in parallel; a write that may
+// extend the file (or appends) changes the size and takes the whole-file
+// lock.
+func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode bool) (int, error) {
 	if in.IsDir() {
 		return 0, ErrIsDir
-	}
-	if appendMode {
-		off = int64(in.d.Size)
 	}
 	if off < 0 {
 		return 0, ErrInvalid
 	}
-	end := off + int64(len(data))
-	if end > MaxFileSize {
+	if off+int64(len(data)) > MaxFileSize {
 		return 0, ErrTooBig
 	}
 	if len(data) == 0 {
 		return 0, nil
 	}
+	var l *lock.Lock
+	for {
+		in.mu.Lock()
+		size := int64(in.d.Size)
+		in.mu.Unlock()
+		whole := appendMode || off+int64(len(data)) > size
+		var err error
+		if l, err = fs.lockData(cl, in, off, int64(len(data)), lock.Exclusive, whole); err != nil {
+			return 0, err
+		}
+		if whole || l.IsWhole() {
+			break
+		}
+		in.mu.Lock()
+		grew := off+int64(len(data)) <= int64(in.d.Size)
+		in.mu.Unlock()
+		if grew {
+			break
+		}
+		in.locks.Release(l) // the file shrank meanwhile: this write extends it now
+	}
+	defer in.locks.Release(l)
+
+	in.mu.Lock()
+	if appendMode {
+		off = int64(in.d.Size)
+	}
+	end := off + int64(len(data))
+	size := int64(in.d.Size)
 	c := fs.begin()
 	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
 	var added []format.Extent
@@ -183,6 +221,7 @@ func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, er
 		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
 		if err != nil {
 			c.abort()
+			in.mu.Unlock()
 			return 0, err
 		}
 		lg := h.Logical
@@ -191,24 +230,26 @@ func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, er
 			lg += r.Len
 		}
 	}
-	// Fresh blocks only partly covered by the write start as zeros.
 	var werr error
-	for _, e := range added {
+	if off > size { // only under the whole-file lock
+		werr = fs.zeroTailLocked(in, size, off)
+	}
+	old := in.exts
+	in.mu.Unlock()
+
+	// The copy: our blocks are ours alone under the range lock.
+	for _, e := range added { // fresh blocks only partly covered start as zeros
 		for _, fb := range []uint64{e.Logical, e.End() - 1} {
 			if fb*bs < uint64(off) || (fb+1)*bs > uint64(end) {
-				if err := fs.zeroPool(int64((e.Phys + Blk(fb-e.Logical)).Off()), bs); err != nil {
+				if err := fs.zeroPool(int64((e.Phys + Blk(fb-e.Logical)).Off()), bs); err != nil && werr == nil {
 					werr = err
 				}
 			}
 		}
 	}
-	size := int64(in.d.Size)
-	if off > size && werr == nil {
-		werr = fs.zeroTailLocked(in, size, off)
-	}
-	exts := in.exts
+	exts := old
 	if len(added) > 0 {
-		exts = mergeExtents(in.exts, added)
+		exts = mergeExtents(old, added)
 	}
 	walk(exts, off, int64(len(data)), func(p int64, pos, k int) {
 		if werr == nil {
@@ -223,29 +264,33 @@ func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, er
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(data)))
 	if len(added) == 0 && end <= size {
+		in.mu.Lock()
 		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
 			first := Blk(p / bs)
 			in.markDirtyLocked(first, (uint64(p)+uint64(k)+bs-1)/bs-uint64(first))
 		})
 		in.d.Mtime, in.d.Ctime = now, now
 		in.timesDirty = true
+		in.mu.Unlock()
 		return len(data), nil
 	}
-	// Overwritten old blocks must be durable no later than the new size.
-	walk(in.exts, off, int64(len(data)), func(p int64, _, k int) {
+	// Persist order: the data in fresh blocks, and overwritten old blocks,
+	// are durable before the transaction that maps them or grows the size.
+	walk(exts, off, int64(len(data)), func(p int64, _, k int) {
 		if p >= 0 {
 			fs.m.Flush(p, int64(k))
 		}
 	})
-	for _, e := range added {
-		fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs))
-	}
 	fs.m.Fence()
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	nd := in.d
-	nd.Size = uint64(max(end, size))
+	nd.Size = uint64(max(end, int64(in.d.Size)))
 	nd.Mtime, nd.Ctime = now, now
 	if len(added) > 0 {
-		if err := c.putExtentsLocked(in, &nd, exts); err != nil {
+		// Merge into the current list: writers of other ranges may have
+		// committed extents since the snapshot.
+		if err := c.putExtentsLocked(in, &nd, mergeExtents(in.exts, added)); err != nil {
 			c.abort()
 			return 0, err
 		}
@@ -283,13 +328,16 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 	if size > MaxFileSize {
 		return ErrTooBig
 	}
-	in.rw.Lock()
-	defer in.rw.Unlock()
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	if err != nil {
+		return err
+	}
+	defer in.locks.Release(l)
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := in.d
@@ -342,13 +390,16 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 	default:
 		return ErrNotSupp
 	}
-	in.rw.Lock()
-	defer in.rw.Unlock()
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	if err != nil {
+		return err
+	}
+	defer in.locks.Release(l)
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := in.d

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
+	"github.com/dnnfs/dnnfs/lock"
 )
 
 // MaxFileSize bounds file sizes (and keeps block arithmetic far from
@@ -21,9 +22,10 @@ const MaxFileSize = 1 << 50
 type Inode struct {
 	fs  *FS
 	Ino Ino
+	typ uint32 // file type bits; never change, so read without a lock
 
-	rw sync.RWMutex // see the lock order in pool.go
-	mu sync.Mutex
+	locks lock.File // data range locks; see the lock order in pool.go
+	mu    sync.Mutex
 
 	d           format.Inode    // persistent fields as last committed (times may run ahead, see timesDirty)
 	exts        []format.Extent // sorted by Logical, non-overlapping
@@ -70,7 +72,7 @@ func (in *Inode) attrLocked() Attr {
 }
 
 // IsDir reports whether the inode is a directory.
-func (in *Inode) IsDir() bool { return in.d.Mode&format.ModeType == format.ModeDir }
+func (in *Inode) IsDir() bool { return in.typ == format.ModeDir }
 
 // Mode returns the file type and permission bits.
 func (in *Inode) Mode() uint32 {
@@ -336,7 +338,7 @@ func (fs *FS) load() error {
 		if err != nil {
 			return fmt.Errorf("inode %d (byte %d): %w", ino, off, err)
 		}
-		in := &Inode{fs: fs, Ino: ino, d: d}
+		in := &Inode{fs: fs, Ino: ino, d: d, typ: d.Mode & format.ModeType}
 		if err := fs.loadExtents(in); err != nil {
 			return fmt.Errorf("inode %d: %w", ino, err)
 		}
@@ -430,8 +432,8 @@ func (fs *FS) putBackIno(ino Ino) {
 // freeInode clears an inode's slot; its blocks return to the allocator.
 // The caller holds no lock of in.
 func (fs *FS) freeInode(in *Inode) error {
-	in.rw.Lock()
-	defer in.rw.Unlock()
+	l, _ := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	defer in.locks.Release(l)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	c := fs.begin()

@@ -11,7 +11,7 @@
 // Lock order (acquire top to bottom; never the reverse):
 //
 //	FS.nsMu        namespace changes (create, link, unlink, rename, mkdir, rmdir, symlink)
-//	Inode.rw       data: shared by reads, exclusive by writes and size changes
+//	Inode.locks    data: range locks (package lock), held across the data copy
 //	Inode.mu       persistent fields and DRAM indexes; several at once only while holding FS.nsMu
 //	               (namespace operations are the only multi-inode lockers, and nsMu serialises them)
 //	FS.imu         inode table (the Ino -> *Inode map and free slots)
@@ -82,6 +82,9 @@ type FS struct {
 	zero  []byte   // read-only zeros served for holes
 	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
 
+	lockMode LockMode
+	tgids    tgidCache
+
 	closed atomic.Bool
 	// Counters for status.
 	stats Stats
@@ -96,7 +99,8 @@ type Stats struct {
 
 // Options for Open.
 type Options struct {
-	Log *zap.Logger
+	Log      *zap.Logger
+	LockMode LockMode
 }
 
 // MountReport says what Open found and did.
@@ -221,7 +225,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		return nil, nil, err
 	}
 	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
-	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20)}
+	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20), lockMode: opts.LockMode}
 	if fb, ok := m.(pmem.FileBacked); ok {
 		fs.file = fb.File()
 	}

@@ -3,6 +3,7 @@
 //	dnnfs mkfs  --pool PATH --size SIZE [--force]
 //	dnnfs mount --pool PATH MOUNTPOINT [--log-level LEVEL] [--allow-other] [--read-cache]
 //	dnnfs fsck  --pool PATH [--repair]
+//	dnnfs status MOUNTPOINT [--json]
 //	dnnfs version
 package main
 
@@ -39,12 +40,13 @@ var commands = map[string]struct {
 	"mkfs":    {runMkfs, "create a pool: --pool PATH --size SIZE [--force]"},
 	"mount":   {runMount, "mount a pool in the foreground: --pool PATH MOUNTPOINT"},
 	"fsck":    {runFsck, "check a pool (exit 0 clean, 1 problems, 2 could not run): --pool PATH [--repair]"},
+	"status":  {runStatus, "lock queues, waits and counters of a mounted pool: MOUNTPOINT [--json]"},
 	"version": {runVersion, "print the version"},
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: dnnfs COMMAND [flags]\n\ncommands:")
-	for _, name := range []string{"mkfs", "mount", "fsck", "version"} {
+	for _, name := range []string{"mkfs", "mount", "fsck", "status", "version"} {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", name, commands[name].help)
 	}
 	fmt.Fprintln(os.Stderr, "\nrun 'dnnfs COMMAND --help' for a command's flags")
@@ -60,7 +62,7 @@ func main() {
 	}
 	cmd, ok := commands[os.Args[1]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "dnnfs: unknown command %q (commands: mkfs, mount, fsck, version)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "dnnfs: unknown command %q (commands: mkfs, mount, fsck, status, version)\n", os.Args[1])
 		os.Exit(2)
 	}
 	err := cmd.run(os.Args[2:])

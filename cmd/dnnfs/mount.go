@@ -71,6 +71,7 @@ func runMount(args []string) error {
 	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
+	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -79,6 +80,10 @@ func runMount(args []string) error {
 	}
 	if fl.NArg() != 1 {
 		return usageError{"want exactly one MOUNTPOINT argument"}
+	}
+	lockMode, err := pool.ParseLockMode(*lockFlag)
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	log, err := newLogger(*level, *logFormat)
 	if err != nil {
@@ -108,12 +113,12 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := pool.Open(m, pool.Options{Log: log})
+	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
 	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
-		zap.String("mountpoint", mnt), zap.Int("inodes", rep.Inodes),
+		zap.String("mountpoint", mnt), zap.String("lock", lockMode.String()), zap.Int("inodes", rep.Inodes),
 		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
 		zap.Duration("load_time", time.Since(start))}
 	if m.Kind() != pmem.Emulated {

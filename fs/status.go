@@ -1,0 +1,111 @@
+package fs
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/dnnfs/dnnfs/lock"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+// Virtual extended attributes: computed on read, never stored, not listed.
+const (
+	// XattrLocks on any file: its run and wait queues and lock counters.
+	XattrLocks = "user.dnnfs.locks"
+	// XattrStatus on the root: mount-wide counters and every file with
+	// lock activity (what `dnnfs status MOUNTPOINT` prints).
+	XattrStatus = "user.dnnfs.status"
+)
+
+func isVirtual(name string) bool { return strings.HasPrefix(name, "user.dnnfs.") }
+
+// LockJSON is one lock in a queue.
+type LockJSON struct {
+	TID          uint32 `json:"tid"`
+	PID          uint32 `json:"pid"`
+	Start        uint64 `json:"start"`
+	End          uint64 `json:"end"` // exclusive; 0 with whole=true
+	Whole        bool   `json:"whole"`
+	Mode         string `json:"mode"`
+	WaitingSince string `json:"waiting_since,omitempty"`
+}
+
+// LocksJSON is the value of user.dnnfs.locks.
+type LocksJSON struct {
+	Ino      uint64     `json:"ino"`
+	LockMode string     `json:"lock_mode"`
+	Run      []LockJSON `json:"run"`
+	Wait     []LockJSON `json:"wait"`
+	Stats    struct {
+		Acquired    uint64 `json:"acquired"`
+		Waits       uint64 `json:"waits"`
+		WaitNanos   int64  `json:"wait_ns"`
+		Interrupted uint64 `json:"interrupted"`
+		MaxRunning  int    `json:"max_running"`
+		MaxWrites   int    `json:"max_concurrent_writes"`
+		MaxBypass   int    `json:"max_grants_while_whole_file_waited"`
+	} `json:"stats"`
+}
+
+func locksJSON(p *pool.FS, in *pool.Inode) LocksJSON {
+	run, wait, st := in.Locks()
+	conv := func(ls []lock.LockInfo) []LockJSON {
+		out := make([]LockJSON, 0, len(ls))
+		for _, l := range ls {
+			j := LockJSON{TID: l.TID, PID: l.PID, Start: l.Start, End: l.End, Mode: l.Mode.String()}
+			if l.End == lock.Whole {
+				j.End, j.Whole = 0, true
+			}
+			if !l.Since.IsZero() {
+				j.WaitingSince = l.Since.UTC().Format(time.RFC3339Nano)
+			}
+			out = append(out, j)
+		}
+		return out
+	}
+	j := LocksJSON{Ino: uint64(in.Ino), LockMode: p.LockMode().String(), Run: conv(run), Wait: conv(wait)}
+	j.Stats.Acquired, j.Stats.Waits, j.Stats.WaitNanos = st.Acquired, st.Waits, int64(st.WaitTime)
+	j.Stats.Interrupted, j.Stats.MaxRunning, j.Stats.MaxWrites = st.Interrupted, st.MaxRunning, st.MaxExclusive
+	j.Stats.MaxBypass = st.MaxBypass
+	return j
+}
+
+// StatusJSON is the value of user.dnnfs.status.
+type StatusJSON struct {
+	LockMode string            `json:"lock_mode"`
+	Counters map[string]uint64 `json:"counters"`
+	Files    []LocksJSON       `json:"files"` // files with lock activity
+}
+
+func statusJSON(p *pool.FS) StatusJSON {
+	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}}
+	for _, in := range p.Inodes() {
+		if in.IsDir() {
+			continue
+		}
+		j := locksJSON(p, in)
+		if j.Stats.Acquired > 0 || len(j.Wait) > 0 {
+			s.Files = append(s.Files, j)
+		}
+	}
+	return s
+}
+
+// virtualXattr returns the value of a virtual attribute.
+func (n *node) virtualXattr(name string) ([]byte, bool) {
+	var v any
+	switch {
+	case name == XattrLocks && !n.in.IsDir():
+		v = locksJSON(n.p, n.in)
+	case name == XattrStatus && n.in.Ino == n.p.Root().Ino:
+		v = statusJSON(n.p)
+	default:
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
+}

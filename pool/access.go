@@ -1,0 +1,175 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/dnnfs/dnnfs/lock"
+)
+
+// ErrInterrupted: a lock wait was abandoned because the caller is dying
+// (a fatal signal is pending). The FUSE layer answers EINTR.
+var ErrInterrupted = errors.New("interrupted")
+
+// LockMode selects the concurrency control of file data.
+type LockMode int
+
+const (
+	// LockRange: every read and write locks only its own blocks; size
+	// changes lock the whole file (the default).
+	LockRange LockMode = iota
+	// LockFile: every access locks the whole file (shared for reads,
+	// exclusive for writes), as kernel file systems do. Kept as the
+	// baseline to measure range locks against.
+	LockFile
+)
+
+// ParseLockMode reads "range" or "file".
+func ParseLockMode(s string) (LockMode, error) {
+	switch s {
+	case "range":
+		return LockRange, nil
+	case "file":
+		return LockFile, nil
+	}
+	return 0, fmt.Errorf("lock mode %q: want range or file", s)
+}
+
+func (m LockMode) String() string {
+	if m == LockFile {
+		return "file"
+	}
+	return "range"
+}
+
+// Caller identifies who performs an access: the request's context (ended
+// when the kernel interrupts the request) and the calling thread.
+type Caller struct {
+	Ctx context.Context
+	TID uint32
+}
+
+func (c Caller) ctx() context.Context {
+	if c.Ctx == nil {
+		return context.Background()
+	}
+	return c.Ctx
+}
+
+// lockData acquires the lock a data access needs: [off, off+n) rounded
+// out to blocks (so two writers never share a block being allocated), or
+// the whole file when whole is set or the mount uses LockFile.
+func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole bool) (*lock.Lock, error) {
+	l := &lock.Lock{TID: c.TID, PID: fs.tgid(c.TID), Mode: mode}
+	if whole || fs.lockMode == LockFile {
+		l.Start, l.End = 0, lock.Whole
+	} else {
+		l.Start = uint64(off) / bs * bs
+		l.End = (uint64(off+n) + bs - 1) / bs * bs
+		if l.End == l.Start {
+			l.End = l.Start + bs
+		}
+	}
+	giveUp := func() bool { return fatalSignalPending(c.TID) }
+	if err := in.locks.Acquire(c.ctx(), l, giveUp); err != nil {
+		return nil, ErrInterrupted
+	}
+	return l, nil
+}
+
+// fatalSignalPending reports whether thread tid is being killed: SIGKILL
+// pending for the thread or its process (a fatal default-action signal is
+// turned into SIGKILL on delivery).
+func fatalSignalPending(tid uint32) bool {
+	if tid == 0 {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return true // gone
+	}
+	const sigkill = 1 << (9 - 1)
+	for _, key := range []string{"SigPnd:", "ShdPnd:"} {
+		i := bytes.Index(b, []byte(key))
+		if i < 0 {
+			continue
+		}
+		line := b[i+len(key):]
+		if j := bytes.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		v, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 16, 64)
+		if err == nil && v&sigkill != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// tgidCache maps thread ids to process ids (/proc/TID/status "Tgid:").
+type tgidCache struct {
+	mu sync.Mutex
+	m  map[uint32]uint32
+}
+
+func (fs *FS) tgid(tid uint32) uint32 {
+	if tid == 0 {
+		return 0
+	}
+	c := &fs.tgids
+	c.mu.Lock()
+	p, ok := c.m[tid]
+	c.mu.Unlock()
+	if ok {
+		return p
+	}
+	p = readTgid(tid)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 1<<16 { // thread ids are reused: keep the cache bounded
+		c.m = map[uint32]uint32{}
+	}
+	c.m[tid] = p
+	c.mu.Unlock()
+	return p
+}
+
+func readTgid(tid uint32) uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return 0
+	}
+	i := bytes.Index(b, []byte("Tgid:"))
+	if i < 0 {
+		return 0
+	}
+	line := b[i+5:]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	v, _ := strconv.ParseUint(string(bytes.TrimSpace(line)), 10, 32)
+	return uint32(v)
+}
+
+// Locks returns the inode's lock queues and counters.
+func (in *Inode) Locks() (run, wait []lock.LockInfo, st lock.Stats) {
+	return in.locks.Snapshot()
+}
+
+// LockMode returns the mount's lock mode.
+func (fs *FS) LockMode() LockMode { return fs.lockMode }
+
+// Inodes returns the live inodes (for status).
+func (fs *FS) Inodes() []*Inode {
+	fs.imu.Lock()
+	defer fs.imu.Unlock()
+	out := make([]*Inode, 0, len(fs.inodes))
+	for _, in := range fs.inodes {
+		out = append(out, in)
+	}
+	return out
+}
