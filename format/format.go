@@ -671,3 +671,150 @@ func DecodeXattrs(b []byte) ([]Xattr, error) {
 	}
 	return xs, nil
 }
+
+// ---------------------------------------------------------------------
+// Segmented-I/O session (two-layer log, SEEDS.md §1b)
+
+// Session fields in the inode's reserved area (FORMAT.md "Inode").
+const (
+	INProcessNum  = 184 // u32 Process_num: segments (= threads) of the session; 0 = none
+	INFFlag       = 188 // u32 F_flag: 0 = file access not finished, 1 = finished
+	INFLogAddr    = 192 // u64 F_log_addr: Blk of the F_log, 0 = NULL (no open session)
+	INSessionSize = 200 // u64 bytes the session covers
+	INSessionMode = 208 // u32 SessionWrite or SessionRead
+)
+
+// Session modes.
+const (
+	SessionWrite uint32 = 1
+	SessionRead  uint32 = 2
+)
+
+// F_log layout: a header, then one 64-byte entry per segment, each on its
+// own cache line with its own checksum, so finishing a segment rewrites
+// one entry. See FORMAT.md "F_log".
+const (
+	FLCRC      = 0  // u32 CRC-32C of header bytes [4, 24)
+	FLCount    = 4  // u32 entries
+	FLPLogBlk  = 8  // u64 Blk of the P_log region (one 64-byte line per segment)
+	FLBlocks   = 16 // u32 blocks of the F_log region
+	FLPBlocks  = 20 // u32 blocks of the P_log region
+	FLHeader   = 64 // entries start here (cache-line aligned)
+	FLEntry    = 64 // bytes per entry
+	FEPid      = 0  // u32 Pid: thread of the first request in the segment
+	FEPFlag    = 4  // u32 P_flag: 0 = segment not finished, 1 = finished
+	FEPartHead = 8  // u64 Part_addr_head: segment start (file byte offset)
+	FEPLength  = 16 // u64 P_length: segment length
+	FEPLogAddr = 24 // u64 P_log_addr: pool byte offset of the segment's Tail_ptr, 0 = NULL
+	FENext     = 32 // u64 Next: pool byte offset of the next entry, 0 = last
+	FECRC      = 60 // u32 CRC-32C of entry bytes [0, 60)
+	PLogLine   = 64 // one P_log per cache line; Tail_ptr is its first 8 bytes
+	MaxThreads = 1024
+)
+
+// FEntry is a decoded F_log entry.
+type FEntry struct {
+	Pid      uint32
+	PFlag    uint32
+	PartHead uint64
+	PLength  uint64
+	PLogAddr Off
+	Next     Off
+}
+
+// Encode writes the entry (FLEntry bytes) with its checksum.
+func (e *FEntry) Encode(b []byte) {
+	b = b[:FLEntry]
+	clear(b)
+	le.PutUint32(b[FEPid:], e.Pid)
+	le.PutUint32(b[FEPFlag:], e.PFlag)
+	le.PutUint64(b[FEPartHead:], e.PartHead)
+	le.PutUint64(b[FEPLength:], e.PLength)
+	le.PutUint64(b[FEPLogAddr:], uint64(e.PLogAddr))
+	le.PutUint64(b[FENext:], uint64(e.Next))
+	le.PutUint32(b[FECRC:], Checksum(b[:FECRC]))
+}
+
+// DecodeFEntry parses an F_log entry.
+func DecodeFEntry(b []byte) (FEntry, error) {
+	var e FEntry
+	if len(b) < FLEntry {
+		return e, fmt.Errorf("F_log entry: %w: short buffer", ErrCorrupt)
+	}
+	if got, want := le.Uint32(b[FECRC:]), Checksum(b[:FECRC]); got != want {
+		return e, fmt.Errorf("F_log entry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	e.Pid = le.Uint32(b[FEPid:])
+	e.PFlag = le.Uint32(b[FEPFlag:])
+	e.PartHead = le.Uint64(b[FEPartHead:])
+	e.PLength = le.Uint64(b[FEPLength:])
+	e.PLogAddr = Off(le.Uint64(b[FEPLogAddr:]))
+	e.Next = Off(le.Uint64(b[FENext:]))
+	if e.PFlag > 1 {
+		return e, fmt.Errorf("F_log entry: %w: P_flag %d", ErrCorrupt, e.PFlag)
+	}
+	return e, nil
+}
+
+// FLogHeader is the decoded F_log header.
+type FLogHeader struct {
+	Count   uint32
+	PLog    Blk
+	Blocks  uint32
+	PBlocks uint32
+}
+
+// FLogBlocks returns the region sizes for n segments.
+func FLogBlocks(n int) (flog, plog uint32) {
+	return uint32((FLHeader + n*FLEntry + BlockSize - 1) / BlockSize), uint32((n*PLogLine + BlockSize - 1) / BlockSize)
+}
+
+// Encode writes the header (FLHeader bytes) with its checksum.
+func (h *FLogHeader) Encode(b []byte) {
+	b = b[:FLHeader]
+	clear(b)
+	le.PutUint32(b[FLCount:], h.Count)
+	le.PutUint64(b[FLPLogBlk:], uint64(h.PLog))
+	le.PutUint32(b[FLBlocks:], h.Blocks)
+	le.PutUint32(b[FLPBlocks:], h.PBlocks)
+	le.PutUint32(b[FLCRC:], Checksum(b[4:24]))
+}
+
+// DecodeFLogHeader parses and sanity-checks an F_log header.
+func DecodeFLogHeader(b []byte) (FLogHeader, error) {
+	var h FLogHeader
+	if len(b) < FLHeader {
+		return h, fmt.Errorf("F_log: %w: short buffer", ErrCorrupt)
+	}
+	if got, want := le.Uint32(b[FLCRC:]), Checksum(b[4:24]); got != want {
+		return h, fmt.Errorf("F_log: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	h.Count = le.Uint32(b[FLCount:])
+	h.PLog = Blk(le.Uint64(b[FLPLogBlk:]))
+	h.Blocks = le.Uint32(b[FLBlocks:])
+	h.PBlocks = le.Uint32(b[FLPBlocks:])
+	if h.Count < 1 || h.Count > MaxThreads {
+		return h, fmt.Errorf("F_log: %w: %d entries", ErrCorrupt, h.Count)
+	}
+	if f, p := FLogBlocks(int(h.Count)); f != h.Blocks || p != h.PBlocks {
+		return h, fmt.Errorf("F_log: %w: region sizes %d/%d for %d entries", ErrCorrupt, h.Blocks, h.PBlocks, h.Count)
+	}
+	return h, nil
+}
+
+// SessionFields reads the session part of an inode's reserved area.
+func (in *Inode) SessionFields() (processNum, fFlag uint32, fLog Blk, size uint64, mode uint32) {
+	s := in.Session[:]
+	return le.Uint32(s[INProcessNum-INSession:]), le.Uint32(s[INFFlag-INSession:]),
+		Blk(le.Uint64(s[INFLogAddr-INSession:])), le.Uint64(s[INSessionSize-INSession:]), le.Uint32(s[INSessionMode-INSession:])
+}
+
+// SetSessionFields writes the session part of the reserved area.
+func (in *Inode) SetSessionFields(processNum, fFlag uint32, fLog Blk, size uint64, mode uint32) {
+	s := in.Session[:]
+	le.PutUint32(s[INProcessNum-INSession:], processNum)
+	le.PutUint32(s[INFFlag-INSession:], fFlag)
+	le.PutUint64(s[INFLogAddr-INSession:], uint64(fLog))
+	le.PutUint64(s[INSessionSize-INSession:], size)
+	le.PutUint32(s[INSessionMode-INSession:], mode)
+}

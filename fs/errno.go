@@ -26,6 +26,7 @@ var errnos = []struct {
 	{pool.ErrPerm, syscall.EPERM},
 	{pool.ErrLoop, syscall.EMLINK},
 	{pool.ErrInterrupted, syscall.EINTR},
+	{pool.ErrBusy, syscall.EBUSY},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

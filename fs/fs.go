@@ -265,6 +265,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	v, ok := n.virtualXattr(attr)
+	if !ok && attr == XattrSession {
+		return 0, syscall.ENODATA // no session open
+	}
 	if !ok {
 		var err error
 		if v, err = n.p.Getxattr(n.in, attr); err != nil {
@@ -278,6 +281,21 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == XattrSession {
+		threads, size, mode, err := parseSession(string(data))
+		if err != nil {
+			n.opts.Log.Warn("bad session request", zap.Uint64("ino", uint64(n.in.Ino)), zap.String("value", string(data)), zap.Error(err))
+			return syscall.EINVAL
+		}
+		if e := n.fail("start session", n.p.StartSession(n.in, threads, size, mode)); e != 0 {
+			return e
+		}
+		// The size changed behind the kernel's attribute cache. Notify
+		// from another goroutine: the kernel may hold the inode while it
+		// waits for this reply.
+		go n.NotifyContent(0, 0)
+		return 0
+	}
 	if _, ok := n.virtualXattr(attr); ok {
 		return syscall.EPERM // computed, not stored
 	}
@@ -285,6 +303,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if attr == XattrSession {
+		return n.fail("abandon session", n.p.AbandonSession(n.in))
+	}
 	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
 }
 

@@ -2,8 +2,13 @@ package fs
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/units"
 
 	"github.com/dnnfs/dnnfs/lock"
 	"github.com/dnnfs/dnnfs/pool"
@@ -16,7 +21,51 @@ const (
 	// XattrStatus on the root: mount-wide counters and every file with
 	// lock activity (what `dnnfs status MOUNTPOINT` prints).
 	XattrStatus = "user.dnnfs.status"
+	// XattrSession: set 'threads=N,size=BYTES[,mode=write|read]' to start
+	// a segmented session, read it for its JSON state, remove it to
+	// abandon the session.
+	XattrSession = "user.dnnfs.session"
 )
+
+// parseSession reads 'threads=N,size=BYTES[,mode=write|read]'.
+func parseSession(v string) (threads int, size uint64, mode uint32, err error) {
+	mode = format.SessionWrite
+	for _, kv := range strings.Split(strings.TrimSpace(v), ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return 0, 0, 0, fmt.Errorf("%q is not key=value", kv)
+		}
+		switch k {
+		case "threads":
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("threads=%q: not a number", val)
+			}
+			threads = n
+		case "size":
+			n, err := units.ParseSize(val)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			size = uint64(n)
+		case "mode":
+			switch val {
+			case "write":
+				mode = format.SessionWrite
+			case "read":
+				mode = format.SessionRead
+			default:
+				return 0, 0, 0, fmt.Errorf("mode=%q: want write or read", val)
+			}
+		default:
+			return 0, 0, 0, fmt.Errorf("unknown key %q (want threads, size, mode)", k)
+		}
+	}
+	if threads == 0 || size == 0 {
+		return 0, 0, 0, fmt.Errorf("threads and size are required")
+	}
+	return threads, size, mode, nil
+}
 
 func isVirtual(name string) bool { return strings.HasPrefix(name, "user.dnnfs.") }
 
@@ -100,6 +149,12 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 		v = locksJSON(n.p, n.in)
 	case name == XattrStatus && n.in.Ino == n.p.Root().Ino:
 		v = statusJSON(n.p)
+	case name == XattrSession && !n.in.IsDir():
+		info, ok := n.p.Session(n.in)
+		if !ok {
+			return nil, false
+		}
+		v = info
 	default:
 		return nil, false
 	}

@@ -66,6 +66,14 @@ func (c Caller) ctx() context.Context {
 // the whole file when whole is set or the mount uses LockFile.
 func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole bool) (*lock.Lock, error) {
 	l := &lock.Lock{TID: c.TID, PID: fs.tgid(c.TID), Mode: mode}
+	if s := in.sess.Load(); s != nil && c.TID != 0 {
+		// The session's process (the first to do I/O in it) takes
+		// per-thread range locks; any other process is another
+		// application and takes the whole-file lock.
+		if s.owner.CompareAndSwap(0, l.PID); s.owner.Load() != l.PID {
+			whole = true
+		}
+	}
 	if whole || fs.lockMode == LockFile {
 		l.Start, l.End = 0, lock.Whole
 	} else {

@@ -320,6 +320,7 @@ func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) 
 	}
 	var zero [format.InodeSize]byte
 	c.tx.Write(c.fs.sb.InodeOff(child.Ino), zero[:])
+	c.freeSessionBlocks(child)
 	c.freed = append(c.freed, child.exts...)
 	for _, b := range child.ovf {
 		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})

@@ -89,6 +89,14 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 	exts := in.exts
 	in.mu.Unlock()
 	r := &ReadData{done: func() { in.locks.Release(l) }}
+	if off < size && n > 0 && in.sess.Load() != nil {
+		// A read session counts a read once its data is on its way.
+		length := uint64(min(int64(n), size-off))
+		r.done = func() {
+			in.locks.Release(l)
+			fs.sessionProgress(in, c, uint64(off), length, false)
+		}
+	}
 	if off >= size || n <= 0 {
 		r.Done()
 		return r, nil
@@ -272,6 +280,7 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 		in.d.Mtime, in.d.Ctime = now, now
 		in.timesDirty = true
 		in.mu.Unlock()
+		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
 		return len(data), nil
 	}
 	// Persist order: the data in fresh blocks, and overwritten old blocks,
@@ -298,6 +307,11 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
 		return 0, err
+	}
+	if in.sess.Load() != nil {
+		in.mu.Unlock()
+		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
+		in.mu.Lock() // for the deferred unlock
 	}
 	return len(data), nil
 }

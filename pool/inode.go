@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
@@ -24,7 +25,8 @@ type Inode struct {
 	Ino Ino
 	typ uint32 // file type bits; never change, so read without a lock
 
-	locks lock.File // data range locks; see the lock order in pool.go
+	locks lock.File               // data range locks; see the lock order in pool.go
+	sess  atomic.Pointer[session] // open segmented-I/O session, or nil
 	mu    sync.Mutex
 
 	d           format.Inode    // persistent fields as last committed (times may run ahead, see timesDirty)
@@ -367,9 +369,21 @@ func (fs *FS) load() error {
 			if err := fs.loadDir(in); err != nil {
 				return fmt.Errorf("directory inode %d: %w", in.Ino, err)
 			}
+		} else if err := fs.loadSession(in); err != nil {
+			return fmt.Errorf("inode %d: session: %w", in.Ino, err)
 		}
 	}
 	return nil
+}
+
+// freeSessionBlocks adds an open session's log regions to a change's
+// freed blocks (the file goes away with its session).
+func (c *change) freeSessionBlocks(in *Inode) {
+	if s := in.sess.Load(); s != nil {
+		c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
+			format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
+		c.after = append(c.after, func() { in.sess.Store(nil) })
+	}
 }
 
 func (fs *FS) loadExtents(in *Inode) error {
@@ -439,6 +453,7 @@ func (fs *FS) freeInode(in *Inode) error {
 	c := fs.begin()
 	var zero [format.InodeSize]byte
 	c.tx.Write(fs.sb.InodeOff(in.Ino), zero[:])
+	c.freeSessionBlocks(in)
 	c.freed = append(c.freed, in.exts...)
 	for _, b := range in.ovf {
 		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})

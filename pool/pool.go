@@ -82,8 +82,9 @@ type FS struct {
 	zero  []byte   // read-only zeros served for holes
 	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
 
-	lockMode LockMode
-	tgids    tgidCache
+	lockMode     LockMode
+	tgids        tgidCache
+	tailInterval uint64
 
 	closed atomic.Bool
 	// Counters for status.
@@ -101,6 +102,9 @@ type Stats struct {
 type Options struct {
 	Log      *zap.Logger
 	LockMode LockMode
+	// TailInterval is the progress (bytes) between persisted session tails;
+	// 0 means DefaultTailInterval.
+	TailInterval uint64
 }
 
 // MountReport says what Open found and did.
@@ -109,6 +113,8 @@ type MountReport struct {
 	ReplayedRecs   int
 	OrphansFreed   int
 	ReplicaUsed    bool // the primary superblock was bad; the replica was used and copied back
+	SessionsOpen   int  // segmented sessions left open (resumable)
+	SessionsClosed int  // sessions whose segments had all finished, closed by recovery
 	Inodes         int
 	UsedBlocks     uint64
 	FreeBlocks     uint64
@@ -225,7 +231,11 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		return nil, nil, err
 	}
 	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
-	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20), lockMode: opts.LockMode}
+	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20), lockMode: opts.LockMode,
+		tailInterval: opts.TailInterval}
+	if fs.tailInterval == 0 {
+		fs.tailInterval = DefaultTailInterval
+	}
 	if fb, ok := m.(pmem.FileBacked); ok {
 		fs.file = fb.File()
 	}
@@ -252,6 +262,9 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		}
 	}
 	rep.OrphansFreed = len(orphans)
+	if rep.SessionsOpen, rep.SessionsClosed, err = fs.recoverSessions(); err != nil {
+		return nil, nil, fmt.Errorf("recovering segmented sessions: %w", err)
+	}
 	fs.sb.State = format.StateMounted
 	fs.sb.MountCount++
 	fs.sb.MountTime = time.Now().UnixNano()

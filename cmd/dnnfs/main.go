@@ -11,10 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/dnnfs/dnnfs/internal/units"
 )
 
 // version is set by the Makefile (-ldflags "-X main.version=...").
@@ -114,28 +115,4 @@ func runVersion(args []string) error {
 }
 
 // parseSize reads sizes like 8GiB, 512MiB, 1G, 4096.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{
-		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"TB", 1000 * 1000 * 1000 * 1000},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
-	}
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(num), strings.ToUpper(u.suffix)) {
-			num, mult = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseUint(num, 10, 63)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("cannot parse size %q (examples: 8GiB, 512MiB, 1073741824)", s)
-	}
-	if int64(n) > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return int64(n) * mult, nil
-}
+func parseSize(s string) (int64, error) { return units.ParseSize(s) }

@@ -71,6 +71,7 @@ func runMount(args []string) error {
 	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
+	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 	if err := parse(fl, args); err != nil {
 		return err
@@ -84,6 +85,10 @@ func runMount(args []string) error {
 	lockMode, err := pool.ParseLockMode(*lockFlag)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	ti, err := parseSize(*tailInterval)
+	if err != nil {
+		return usageError{"--tail-interval: " + err.Error()}
 	}
 	log, err := newLogger(*level, *logFormat)
 	if err != nil {
@@ -113,7 +118,7 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode})
+	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
@@ -131,7 +136,8 @@ func runMount(args []string) error {
 	if !rep.WasClean {
 		log.Warn("pool was not unmounted cleanly; recovered",
 			zap.String("pool", *poolPath), zap.Int("journal_records_replayed", rep.ReplayedRecs),
-			zap.Int("orphans_freed", rep.OrphansFreed))
+			zap.Int("orphans_freed", rep.OrphansFreed), zap.Int("sessions_resumable", rep.SessionsOpen),
+			zap.Int("sessions_closed", rep.SessionsClosed))
 	}
 	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
