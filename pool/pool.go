@@ -292,6 +292,15 @@ func (fs *FS) Close() error {
 	}
 	fs.imu.Unlock()
 	for _, in := range all {
+		// Open sessions stay open (the job resumes them), with every
+		// completed byte's progress made durable.
+		if s := in.sess.Load(); s != nil {
+			for _, seg := range s.segs {
+				if err := fs.persistTail(in, s, seg); err != nil && firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
 		in.mu.Lock()
 		if in.d.Nlink == 0 {
 			in.mu.Unlock()

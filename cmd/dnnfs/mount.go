@@ -144,6 +144,10 @@ func runMount(args []string) error {
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
 	}
+	// Signals are caught before the mount appears: a SIGTERM in between
+	// would otherwise kill the daemon and leave a dead mount behind.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	server, err := gofs.Mount(mnt, root, opts)
 	if err != nil {
 		p.Close()
@@ -157,8 +161,6 @@ func runMount(args []string) error {
 	}
 	log.Info("mounted", fields...)
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for sig := range sigs {
 			log.Info("unmounting", zap.String("signal", sig.String()), zap.String("mountpoint", mnt))

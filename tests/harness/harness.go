@@ -93,7 +93,13 @@ func buildBinary() {
 		binErr = err
 		return
 	}
-	dir, err := os.MkdirTemp("", "dnnfs-e2e-bin-")
+	parent := filepath.Join(os.TempDir(), "dnnfs-e2e-bin")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		binErr = err
+		return
+	}
+	removeStaleBinaries(parent)
+	dir, err := os.MkdirTemp(parent, fmt.Sprintf("pid%d-", os.Getpid()))
 	if err != nil {
 		binErr = err
 		return
@@ -115,6 +121,25 @@ func buildBinary() {
 		return
 	}
 	binPath, binDir = out, dir
+}
+
+// removeStaleBinaries deletes the build directories ("pidN-*") of test
+// processes that no longer exist, so that packages without a TestMain calling
+// RemoveBuiltBinary do not leak a binary per run.
+func removeStaleBinaries(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "pid%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			os.RemoveAll(filepath.Join(parent, e.Name()))
+		}
+	}
 }
 
 // RemoveBuiltBinary deletes the binary that Binary built, if any. Call it from
@@ -201,7 +226,8 @@ func startCmd(cmd *exec.Cmd, deathSig syscall.Signal) error {
 }
 
 // killGroup sends sig to the process group led by pid (ignoring errors: the
-// group may already be gone).
+// group may already be gone). Only call it while the leader has not been
+// reaped, so that the number cannot have been reused.
 func killGroup(pid int, sig syscall.Signal) {
 	if pid > 0 {
 		_ = syscall.Kill(-pid, sig)
@@ -230,7 +256,6 @@ func Run(t testing.TB, args ...string) (stdout, stderr string, code int) {
 		t.Fatalf("harness: starting dnnfs %s: %v", strings.Join(args, " "), err)
 	}
 	err := cmd.Wait()
-	killGroup(cmd.Process.Pid, syscall.SIGKILL) // leftovers, if any
 	stdout, stderr = outBuf.String(), errBuf.String()
 	if ctx.Err() != nil {
 		t.Fatalf("harness: dnnfs %s timed out after %v\nstdout:\n%s\nstderr:\n%s",
@@ -293,20 +318,22 @@ type FS struct {
 	LogPath string   // daemon stdout+stderr (appended to by Remount)
 	Args    []string // extra arguments passed to `dnnfs mount`
 
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the daemon has exited (cmd.Wait returned)
-	waitErr  error         // cmd.Wait's result, valid after done is closed
-	logFile  *os.File
-	stopped  bool // Unmount or Kill was called (an exit is expected)
-	startGen int  // for log messages: 0 for Mount, n for the n-th Remount
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when the daemon has exited (cmd.Wait returned)
+	waitErr   error         // cmd.Wait's result, valid after done is closed
+	logFile   *os.File
+	stopped   bool   // Unmount or Kill was called (an exit is expected)
+	replaced  bool   // a Remount took over the mount point (and the log)
+	tailShown bool   // a failure message already included the log tail
+	dev       string // "major:minor" of the mount (names the FUSE connection)
+	startGen  int    // for log messages: 0 for Mount, n for the n-th Remount
 }
 
-// fsckState makes the cleanup fsck run once per (test, pool), after every
+// fsckSeen makes the cleanup fsck run once per (test, pool), after every
 // mount of that pool in the test has been torn down.
 var (
-	fsckMu    sync.Mutex
-	fsckSeen  = map[testing.TB]map[string]bool{}
-	mountedMu sync.Mutex
+	fsckMu   sync.Mutex
+	fsckSeen = map[testing.TB]map[string]bool{}
 )
 
 // Mount starts `dnnfs mount --pool pool MNT --log-level debug args...` with a
@@ -364,9 +391,12 @@ func registerFsck(t testing.TB, pool string) {
 	})
 }
 
-// live mounts started by this process, so the fsck cleanup can refuse to run
-// on a pool some daemon still serves.
-var liveMounts = map[*FS]bool{}
+// liveMounts are the daemons started by this process, so that the fsck
+// cleanup can refuse to run on a pool some daemon still serves.
+var (
+	mountedMu  sync.Mutex
+	liveMounts = map[*FS]bool{}
+)
 
 func poolStillMounted(pool string) string {
 	mountedMu.Lock()
@@ -412,28 +442,145 @@ func (f *FS) start(t testing.TB, bin string) {
 
 	deadline := time.Now().Add(MountTimeout)
 	for {
-		mounted, fstype := mountInfo(f.Mnt)
-		if mounted {
-			if fstype != fsType {
-				t.Errorf("harness: %s is mounted with fstype %q, want %q", f.Mnt, fstype, fsType)
+		if e := mountEntryOf(f.Mnt); e.mounted {
+			f.dev = e.dev
+			if e.fstype != fsType {
+				t.Errorf("harness: %s is mounted with fstype %q, want %q", f.Mnt, e.fstype, fsType)
 			}
 			return
 		}
 		select {
 		case <-f.done:
+			f.stopped = true
 			t.Fatalf("harness: dnnfs mount exited before the mount appeared (%s)\nlog tail:\n%s",
-				describeExit(f.waitErr), f.LogTail(logTailLines))
+				describeExit(f.waitErr), f.tail())
 		case <-time.After(pollInterval):
 		}
 		if time.Now().After(deadline) {
-			killGroup(cmd.Process.Pid, syscall.SIGKILL)
-			<-f.done
 			f.stopped = true
+			f.forceKill(t)
 			detach(t, f.Mnt)
 			t.Fatalf("harness: %s did not appear in /proc/self/mountinfo within %v; daemon killed\nlog tail:\n%s",
-				f.Mnt, MountTimeout, f.LogTail(logTailLines))
+				f.Mnt, MountTimeout, f.tail())
 		}
 	}
+}
+
+// waitExit waits up to d for the daemon to exit. A daemon whose exit is
+// stuck gets its FUSE connection aborted: when a FUSE daemon dies while one
+// of its own threads has a request pending on its own mount (e.g. closing a
+// file there), that thread waits forever for an answer only the dead daemon
+// could give, and not even SIGKILL ends it. The symptom is a process that
+// stays "dying" (see dying) for more than a second.
+func (f *FS) waitExit(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	var zombieSince time.Time
+	for {
+		select {
+		case <-f.done:
+			return true
+		case <-time.After(50 * time.Millisecond):
+		}
+		if dying(f.cmd.Process.Pid) {
+			if zombieSince.IsZero() {
+				zombieSince = time.Now()
+			} else if time.Since(zombieSince) > time.Second {
+				f.abortConn()
+				zombieSince = time.Now()
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// forceKill SIGKILLs the daemon's process group and waits (bounded) for it to
+// exit, aborting its FUSE connection if it is stuck. It fails the test if the
+// daemon cannot be ended; it never blocks forever.
+func (f *FS) forceKill(t testing.TB) {
+	t.Helper()
+	if f.cmd == nil || f.cmd.Process == nil || f.exited() {
+		return
+	}
+	killGroup(f.cmd.Process.Pid, syscall.SIGKILL)
+	if f.waitExit(5 * time.Second) {
+		return
+	}
+	f.abortConn()
+	if !f.waitExit(10 * time.Second) {
+		t.Fatalf("harness: dnnfs daemon (pid %d) for %s survives SIGKILL and a FUSE connection abort (state %q)",
+			f.cmd.Process.Pid, f.Mnt, string(procState(f.cmd.Process.Pid)))
+	}
+}
+
+// abortConn aborts the FUSE connection of f's mount through fusectl
+// (mounting fusectl on /sys/fs/fuse/connections if needed): every pending and
+// future request fails with ENOTCONN. Only done while the mount recorded at
+// mount time is still in place, so that a connection number reused by a
+// later mount is never touched.
+func (f *FS) abortConn() {
+	e := mountEntryOf(f.Mnt)
+	if !e.mounted || e.dev != f.dev || f.dev == "" {
+		return
+	}
+	_, minor, ok := strings.Cut(f.dev, ":")
+	if !ok {
+		return
+	}
+	const ctl = "/sys/fs/fuse/connections"
+	abort := filepath.Join(ctl, minor, "abort")
+	if !fileExists(abort) {
+		_ = unix.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	_ = os.WriteFile(abort, []byte("1"), 0o200)
+}
+
+// dying reports whether process pid is exiting: its thread-group leader is a
+// zombie that has not been reaped, or one of its threads has SIGKILL pending
+// (the kernel queues SIGKILL on every thread when a fatal signal kills the
+// group, and removes it as each thread exits).
+func dying(pid int) bool {
+	if procState(pid) == 'Z' {
+		return true
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			mask, ok := strings.CutPrefix(line, "SigPnd:")
+			if !ok {
+				mask, ok = strings.CutPrefix(line, "ShdPnd:")
+			}
+			if !ok {
+				continue
+			}
+			var bits uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(mask), "%x", &bits); err == nil && bits&(1<<(syscall.SIGKILL-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// procState returns the state letter of /proc/PID/stat (0 if unknown).
+func procState(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return data[i+2]
 }
 
 func (f *FS) exited() bool {
@@ -452,7 +599,7 @@ func (f *FS) exited() bool {
 // mount point attached.
 func (f *FS) cleanup(t testing.TB) {
 	defer func() {
-		if f.cmd != nil && f.cmd.Process != nil {
+		if f.cmd != nil && f.cmd.Process != nil && !f.exited() {
 			killGroup(f.cmd.Process.Pid, syscall.SIGKILL)
 		}
 		if mounted, _ := mountInfo(f.Mnt); mounted && f.exited() {
@@ -467,17 +614,14 @@ func (f *FS) cleanup(t testing.TB) {
 	}()
 	if !f.exited() {
 		f.Unmount(t)
-		if t.Failed() {
-			t.Logf("harness: dnnfs log tail (%s):\n%s", f.LogPath, f.LogTail(logTailLines))
-		}
+	} else if !f.stopped {
+		t.Errorf("harness: dnnfs daemon for %s exited on its own during the test (%s)\nlog tail:\n%s",
+			f.Mnt, describeExit(f.waitErr), f.tail())
+		f.stopped = true
 		return
 	}
-	if !f.stopped {
-		t.Errorf("harness: dnnfs daemon for %s exited on its own during the test (%s)\nlog tail:\n%s",
-			f.Mnt, describeExit(f.waitErr), f.LogTail(logTailLines))
-		f.stopped = true
-	} else if t.Failed() {
-		t.Logf("harness: dnnfs log tail (%s):\n%s", f.LogPath, f.LogTail(logTailLines))
+	if t.Failed() && !f.replaced && !f.tailShown { // the newest FS of a log file prints it once
+		t.Logf("harness: dnnfs log tail (%s):\n%s", f.LogPath, f.tail())
 	}
 }
 
@@ -490,7 +634,7 @@ func (f *FS) Unmount(t testing.TB) {
 		if !f.stopped {
 			f.stopped = true
 			t.Errorf("harness: Unmount: dnnfs daemon for %s had already exited (%s)\nlog tail:\n%s",
-				f.Mnt, describeExit(f.waitErr), f.LogTail(logTailLines))
+				f.Mnt, describeExit(f.waitErr), f.tail())
 		}
 		if mounted, _ := mountInfo(f.Mnt); mounted {
 			detach(t, f.Mnt)
@@ -498,22 +642,26 @@ func (f *FS) Unmount(t testing.TB) {
 		return
 	}
 	f.stopped = true
+	if refs := releaseMountRefs(f.Mnt); len(refs) > 0 {
+		t.Errorf("harness: the test process still used the mount %s at unmount time (released so the unmount can proceed):\n  %s",
+			f.Mnt, strings.Join(refs, "\n  "))
+	}
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-f.done:
-	case <-time.After(UnmountTimeout):
-		killGroup(f.cmd.Process.Pid, syscall.SIGKILL)
-		<-f.done
+	if !f.waitExit(UnmountTimeout) {
+		f.forceKill(t)
 		detach(t, f.Mnt)
 		t.Fatalf("harness: dnnfs daemon for %s did not exit within %v of SIGTERM; killed\nlog tail:\n%s",
-			f.Mnt, UnmountTimeout, f.LogTail(logTailLines))
+			f.Mnt, UnmountTimeout, f.tail())
 	}
-	killGroup(f.cmd.Process.Pid, syscall.SIGKILL) // stray children, if any
 	if f.waitErr != nil {
-		t.Errorf("harness: dnnfs mount %s exited with %s after SIGTERM, want exit code 0\nlog tail:\n%s",
-			f.Mnt, describeExit(f.waitErr), f.LogTail(logTailLines))
+		hint := ""
+		if isSignal(f.waitErr, syscall.SIGTERM) {
+			hint = " (the daemon must handle SIGTERM as soon as the mount is visible: install the signal handler before mounting)"
+		}
+		t.Errorf("harness: dnnfs mount daemon for %s: %s after SIGTERM, want exit code 0%s\nlog tail:\n%s",
+			f.Mnt, describeExit(f.waitErr), hint, f.tail())
 	} else if bad := f.logProblems(); bad != "" {
-		t.Errorf("harness: dnnfs log for %s contains %s\nlog tail:\n%s", f.Mnt, bad, f.LogTail(logTailLines))
+		t.Errorf("harness: dnnfs log for %s contains %s\nlog tail:\n%s", f.Mnt, bad, f.tail())
 	}
 	if mounted, _ := mountInfo(f.Mnt); mounted {
 		t.Errorf("harness: %s still mounted after the daemon exited; detaching", f.Mnt)
@@ -541,15 +689,7 @@ func (f *FS) logProblems() string {
 func (f *FS) Kill(t testing.TB) {
 	t.Helper()
 	f.stopped = true
-	if f.cmd != nil && f.cmd.Process != nil {
-		killGroup(f.cmd.Process.Pid, syscall.SIGKILL)
-		_ = f.cmd.Process.Kill()
-	}
-	select {
-	case <-f.done:
-	case <-time.After(UnmountTimeout):
-		t.Fatalf("harness: dnnfs daemon for %s did not die after SIGKILL", f.Mnt)
-	}
+	f.forceKill(t)
 	if mounted, _ := mountInfo(f.Mnt); mounted {
 		detach(t, f.Mnt)
 	}
@@ -574,6 +714,7 @@ func (f *FS) Remount(t testing.TB) *FS {
 		Args:     append([]string(nil), f.Args...),
 		startGen: f.startGen + 1,
 	}
+	f.replaced = true
 	registerFsck(t, g.Pool)
 	g.start(t, bin)
 	return g
@@ -582,6 +723,12 @@ func (f *FS) Remount(t testing.TB) *FS {
 // Path returns the path of elem (joined) inside the mount.
 func (f *FS) Path(elem ...string) string {
 	return filepath.Join(append([]string{f.Mnt}, elem...)...)
+}
+
+// tail is LogTail for failure messages.
+func (f *FS) tail() string {
+	f.tailShown = true
+	return f.LogTail(logTailLines)
 }
 
 // LogTail returns the last n lines of the daemon log.
@@ -595,6 +742,16 @@ func (f *FS) LogTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func isSignal(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal() == sig
+		}
+	}
+	return false
 }
 
 func describeExit(err error) string {
@@ -617,17 +774,29 @@ func describeExit(err error) string {
 // mountInfo reports whether mnt is a mount point in /proc/self/mountinfo and
 // the fstype of the topmost mount there.
 func mountInfo(mnt string) (mounted bool, fstype string) {
+	e := mountEntryOf(mnt)
+	return e.mounted, e.fstype
+}
+
+type mountEntry struct {
+	mounted bool
+	fstype  string
+	dev     string // "major:minor"; for FUSE, the minor names the fusectl connection
+}
+
+func mountEntryOf(mnt string) mountEntry {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return false, ""
+		return mountEntry{}
 	}
 	return parseMountInfo(data, mnt)
 }
 
 // parseMountInfo looks for mount point mnt in mountinfo-formatted data.
 // Format (proc(5)): id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-func parseMountInfo(data []byte, mnt string) (mounted bool, fstype string) {
+func parseMountInfo(data []byte, mnt string) mountEntry {
 	mnt = filepath.Clean(mnt)
+	var e mountEntry
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -642,9 +811,9 @@ func parseMountInfo(data []byte, mnt string) (mounted bool, fstype string) {
 				break
 			}
 		}
-		mounted, fstype = true, ft // later lines are stacked on top
+		e = mountEntry{mounted: true, fstype: ft, dev: fields[2]} // later lines are stacked on top
 	}
-	return mounted, fstype
+	return e
 }
 
 // unescapeMountPath undoes the octal escapes (\040 etc.) used in mountinfo.
@@ -695,4 +864,58 @@ func detach(t testing.TB, mnt string) {
 	if mounted, _ := mountInfo(mnt); mounted {
 		t.Errorf("harness: cannot detach stale mount %s:\n%s", mnt, strings.Join(msgs, "\n"))
 	}
+}
+
+// releaseMountRefs drops this process's references into mnt that would keep
+// the file system busy (and the daemon's unmount retrying forever): open
+// descriptors are atomically replaced by /dev/null, which keeps the number
+// valid for whichever *os.File still owns it, and a working directory inside
+// the mount is changed to "/". Memory mappings cannot be released and are only
+// reported. It returns a description of each reference found.
+func releaseMountRefs(mnt string) []string {
+	mnt = filepath.Clean(mnt)
+	under := func(p string) bool {
+		p = strings.TrimSuffix(p, " (deleted)")
+		return p == mnt || strings.HasPrefix(p, mnt+"/")
+	}
+	var found []string
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		var devNull = -1
+		for _, e := range ents {
+			target, err := os.Readlink("/proc/self/fd/" + e.Name())
+			if err != nil || !under(target) {
+				continue
+			}
+			fd := 0
+			if _, err := fmt.Sscan(e.Name(), &fd); err != nil {
+				continue
+			}
+			if devNull < 0 {
+				if devNull, err = unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+					found = append(found, fmt.Sprintf("fd %d -> %s (cannot open /dev/null: %v)", fd, target, err))
+					continue
+				}
+			}
+			if err := unix.Dup3(devNull, fd, unix.O_CLOEXEC); err != nil {
+				found = append(found, fmt.Sprintf("fd %d -> %s (dup3 failed: %v)", fd, target, err))
+				continue
+			}
+			found = append(found, fmt.Sprintf("open fd %d -> %s", fd, target))
+		}
+		if devNull >= 0 {
+			unix.Close(devNull)
+		}
+	}
+	if wd, err := os.Readlink("/proc/self/cwd"); err == nil && under(wd) {
+		_ = os.Chdir("/")
+		found = append(found, "working directory "+wd+" (changed to /)")
+	}
+	if data, err := os.ReadFile("/proc/self/maps"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if i := strings.Index(line, " /"); i >= 0 && under(strings.TrimSpace(line[i:])) {
+				found = append(found, "memory mapping "+strings.TrimSpace(line)+" (cannot be released)")
+			}
+		}
+	}
+	return found
 }

@@ -181,17 +181,14 @@ func (r *runner) pick(pct int, types ...uint32) string {
 
 // pickNew returns a path for an operation that creates a name.
 func (r *runner) pickNew() string {
-	n := r.rng.IntN(100)
-	if len(r.entries) >= maxEntries {
-		n = (n + 50) % 100 // mostly existing names once the tree is full
-		if n < 65 {
-			n += 35
-		}
+	newPct, existingPct := 65, 22
+	if len(r.entries) >= maxEntries { // mostly existing names once the tree is full
+		newPct, existingPct = 15, 70
 	}
-	switch {
-	case n < 65:
+	switch n := r.rng.IntN(100); {
+	case n < newPct:
 		return r.newPath()
-	case n < 87:
+	case n < newPct+existingPct:
 		if p, ok := r.existing(); ok {
 			return p
 		}

@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -41,7 +42,7 @@ const (
 	maxWrite        = 200 << 10
 	maxXattrValue   = 4000
 	historyLen      = 50
-	quickCheckEvery = 50  // compare tree metadata every this many ops
+	quickCheckEvery = 100 // compare tree metadata every this many ops
 	fullCheckEvery  = 500 // compare contents and xattrs every this many ops
 )
 
@@ -122,7 +123,7 @@ func RunWithOptions(t *testing.T, a, b string, seed int64, nops int, opts Option
 		r.closeHandle(0)
 	}
 	r.compareTrees(true)
-	t.Logf("posixdiff seed %d: %d ops OK; %s", seed, nops, r.summary())
+	t.Logf("posixdiff seed %d: %d ops OK; time: %s; results: %s", seed, nops, r.timing(), r.summary())
 }
 
 // CompareTrees fails t if the trees under a and b differ (names, types, sizes,
@@ -169,6 +170,7 @@ type runner struct {
 	stats   map[string]int
 	errnos  map[string]int
 	skip    map[string]bool
+	dur     [2]map[string]time.Duration // time spent per operation name and side
 }
 
 func newRunner(t *testing.T, a, b string, seed int64) *runner {
@@ -187,6 +189,7 @@ func newRunner(t *testing.T, a, b string, seed int64) *runner {
 		stats:  map[string]int{},
 		errnos: map[string]int{},
 		skip:   map[string]bool{},
+		dur:    [2]map[string]time.Duration{{}, {}},
 	}
 }
 
@@ -320,7 +323,12 @@ func toErrno(err error) unix.Errno {
 // if the results differ.
 func (r *runner) do(name, desc string, f func(s int) res) (ra, rb res) {
 	r.t.Helper()
-	ra, rb = f(0), f(1)
+	t0 := time.Now()
+	ra = f(0)
+	t1 := time.Now()
+	rb = f(1)
+	r.dur[0][name] += t1.Sub(t0)
+	r.dur[1][name] += time.Since(t1)
 	r.stats[name]++
 	r.errnos[name+":"+ra.shortErr()]++
 	line := fmt.Sprintf("#%d %s => %s", r.opNum, desc, ra)
@@ -353,8 +361,8 @@ func (r *runner) record(line string) {
 func (r *runner) fail(format string, args ...any) {
 	r.t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	r.t.Fatalf("posixdiff DIVERGENCE (seed %d, op #%d): %s\n\nA=%s (reference)\nB=%s\nlast %d ops (=> result on A; B shown only where different):\n  %s\n\nreproduce with seed %d",
-		r.seed, r.opNum, msg, r.root[0], r.root[1], len(r.history), strings.Join(r.history, "\n  "), r.seed)
+	r.t.Fatalf("posixdiff DIVERGENCE (seed %d, op #%d): %s\n\nA=%s (reference)\nB=%s\nlast %d ops (=> result on A; B shown only where different):\n  %s\n\nreproduce: seed %d, %s (TestDifferential: DNNFS_DIFF_SEED=%d go test ./tests/posixdiff -run '^TestDifferential$')",
+		r.seed, r.opNum, msg, r.root[0], r.root[1], len(r.history), strings.Join(r.history, "\n  "), r.seed, r.t.Name(), r.seed)
 }
 
 func dataDiff(a, b []byte) string {
@@ -506,4 +514,28 @@ func (r *runner) lstatSizeA(rel string) int64 {
 		return 0
 	}
 	return st.Size
+}
+
+// timing reports the operations that took most time on each side.
+func (r *runner) timing() string {
+	var b strings.Builder
+	for s, label := range []string{"A", "B"} {
+		type kv struct {
+			k string
+			d time.Duration
+		}
+		var all []kv
+		var total time.Duration
+		for k, d := range r.dur[s] {
+			all = append(all, kv{k, d})
+			total += d
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].d > all[j].d })
+		fmt.Fprintf(&b, "%s total %v:", label, total.Round(time.Millisecond))
+		for _, x := range all[:min(len(all), 6)] {
+			fmt.Fprintf(&b, " %s=%v", x.k, x.d.Round(time.Millisecond))
+		}
+		b.WriteString("; ")
+	}
+	return strings.TrimSuffix(b.String(), "; ")
 }

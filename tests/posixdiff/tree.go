@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -289,6 +290,8 @@ func unionKeys(a, b map[string]string) []string {
 // compareTrees fails the run if the trees differ.
 func (r *runner) compareTrees(full bool) {
 	r.t.Helper()
+	t0 := time.Now()
+	defer func() { r.dur[1]["(tree compare)"] += time.Since(t0) }()
 	if diffs := diffTrees(r.root[0], r.root[1], full); len(diffs) > 0 {
 		kind := "metadata"
 		if full {
