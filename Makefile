@@ -18,7 +18,8 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/dnnfs
 
 # deps installs what the suite needs on a fresh machine (Debian: fuse3 for
-# fusermount3, fio for benchmarks, attr for getfattr/setfattr) and the Go modules.
+# fusermount3, fio for benchmarks, attr for getfattr/setfattr, python3-numpy
+# for the Python client's example) and the Go modules.
 deps:
 	@missing=""; \
 	for pair in fusermount3:fuse3 fio:fio setfattr:attr; do \
@@ -29,6 +30,11 @@ deps:
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# The Python client's example test uses numpy from Debian's /usr/bin/python3.
+	@/usr/bin/python3 -c 'import numpy' 2>/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		echo "installing: python3-numpy"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-numpy >/dev/null; }
 	@test -e /dev/fuse || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)"; exit 1; }
 	$(GO) mod download
 

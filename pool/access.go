@@ -70,7 +70,13 @@ func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole 
 		// The session's process (the first to do I/O in it) takes
 		// per-thread range locks; any other process is another
 		// application and takes the whole-file lock.
-		if s.owner.CompareAndSwap(0, l.PID); s.owner.Load() != l.PID {
+		owner := s.owner.Load()
+		if owner == 0 || (owner != l.PID && !processAlive(owner)) {
+			// First I/O, or the session's process died and a new one
+			// resumes the session: it becomes the session's process.
+			s.owner.CompareAndSwap(owner, l.PID)
+		}
+		if s.owner.Load() != l.PID {
 			whole = true
 		}
 	}
@@ -117,6 +123,12 @@ func fatalSignalPending(tid uint32) bool {
 		}
 	}
 	return false
+}
+
+// processAlive reports whether process pid still exists.
+func processAlive(pid uint32) bool {
+	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(pid), 10))
+	return err == nil
 }
 
 // tgidCache maps thread ids to process ids (/proc/TID/status "Tgid:").

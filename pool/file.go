@@ -358,6 +358,9 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 	nd.Mtime, nd.Ctime = now, now
 	nd.Size = size
 	old := in.d.Size
+	if size != old {
+		c.stageAbandonLocked(in, &nd)
+	}
 	if size > old {
 		if err := fs.zeroTailLocked(in, int64(old), int64(size)); err != nil {
 			return err
@@ -457,6 +460,7 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 			}
 		}
 		nd.Mtime, nd.Ctime = now, now
+		c.stageAbandonLocked(in, &nd)
 		c.putInode(in, nd)
 		return c.commit()
 	}
@@ -495,8 +499,12 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 	return c.commit()
 }
 
-// Fsync makes the file's data and attributes durable.
+// Fsync makes the file's data and attributes durable, and an open
+// session's progress with them.
 func (fs *FS) Fsync(in *Inode) error {
+	if err := fs.persistSessionTails(in); err != nil {
+		return err
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	fs.stats.Fsyncs.Add(1)

@@ -294,12 +294,8 @@ func (fs *FS) Close() error {
 	for _, in := range all {
 		// Open sessions stay open (the job resumes them), with every
 		// completed byte's progress made durable.
-		if s := in.sess.Load(); s != nil {
-			for _, seg := range s.segs {
-				if err := fs.persistTail(in, s, seg); err != nil && firstErr == nil {
-					firstErr = err
-				}
-			}
+		if err := fs.persistSessionTails(in); err != nil && firstErr == nil {
+			firstErr = err
 		}
 		in.mu.Lock()
 		if in.d.Nlink == 0 {

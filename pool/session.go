@@ -399,6 +399,43 @@ func (fs *FS) closeSessionLocked(in *Inode, finished bool) error {
 	return nil
 }
 
+// stageAbandonLocked adds the abandonment of in's open session to a
+// change (nd is the staged inode): a truncate or hole punch invalidates
+// the tails, and resuming from them would skip bytes that are gone.
+func (c *change) stageAbandonLocked(in *Inode, nd *format.Inode) {
+	s := in.sess.Load()
+	if s == nil {
+		return
+	}
+	nd.SetSessionFields(0, 0, 0, 0, 0)
+	c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
+		format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
+	fs := c.fs
+	c.after = append(c.after, func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		in.sess.Store(nil)
+		fs.log.Warn("session abandoned: the file's size or data layout changed under it",
+			zap.Uint64("ino", uint64(in.Ino)))
+	})
+}
+
+// persistSessionTails makes all progress of an open session durable
+// (fsync, clean unmount).
+func (fs *FS) persistSessionTails(in *Inode) error {
+	s := in.sess.Load()
+	if s == nil {
+		return nil
+	}
+	for _, seg := range s.segs {
+		if err := fs.persistTail(in, s, seg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // AbandonSession drops an open session on purpose (setfattr -x).
 func (fs *FS) AbandonSession(in *Inode) error {
 	in.mu.Lock()

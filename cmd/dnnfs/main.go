@@ -43,11 +43,13 @@ var commands = map[string]struct {
 	"fsck":    {runFsck, "check a pool (exit 0 clean, 1 problems, 2 could not run): --pool PATH [--repair]"},
 	"status":  {runStatus, "lock queues, waits and counters of a mounted pool: MOUNTPOINT [--json]"},
 	"version": {runVersion, "print the version"},
+	"cp":      {runCp, "copy a file onto a mount through a resumable segmented session: [--threads N] SRC DST"},
+	"recover": {runRecover, "list (and --finish/--abandon) sessions left open in an unmounted pool: --pool PATH [--json]"},
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: dnnfs COMMAND [flags]\n\ncommands:")
-	for _, name := range []string{"mkfs", "mount", "fsck", "status", "version"} {
+	for _, name := range []string{"mkfs", "mount", "fsck", "status", "cp", "recover", "version"} {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", name, commands[name].help)
 	}
 	fmt.Fprintln(os.Stderr, "\nrun 'dnnfs COMMAND --help' for a command's flags")
@@ -63,7 +65,7 @@ func main() {
 	}
 	cmd, ok := commands[os.Args[1]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "dnnfs: unknown command %q (commands: mkfs, mount, fsck, status, version)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "dnnfs: unknown command %q (run dnnfs --help for the commands)\n", os.Args[1])
 		os.Exit(2)
 	}
 	err := cmd.run(os.Args[2:])
