@@ -10,7 +10,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 TEST_TMP  ?= /dev/shm/dnnfs-test
 FUZZTIME  ?= 5s
 
-.PHONY: all build run test deps vet unit fuzz clean
+.PHONY: all build run test deps vet unit fuzz clean bench
 
 all: build
 
@@ -49,9 +49,12 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
+# The end-to-end packages mount a daemon built with -race, so a data race in
+# the real FUSE paths fails the run; it is built once and shared.
 unit:
 	@mkdir -p $(TEST_TMP)
-	TMPDIR=$(TEST_TMP) $(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) build -race -o bin/dnnfs-race ./cmd/dnnfs
+	DNNFS_BIN=$(CURDIR)/bin/dnnfs-race TMPDIR=$(TEST_TMP) $(GO) test -race -count=1 -timeout 25m ./...
 
 # fuzz runs every fuzz target briefly (go test -fuzz takes one target at a time).
 fuzz:
@@ -64,6 +67,15 @@ fuzz:
 	done
 
 test: deps vet build unit fuzz
+
+# bench measures dnnfs against native tmpfs and go-fuse's loopback example
+# (fio matrix, Filebench-like personalities, checkpoint save/load, Go
+# micro-benchmarks) and regenerates docs/BENCHMARKS.md and docs/bench/.
+# Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per configuration;
+# PROFILE=1: CPU profiles of dnnfs where it is furthest behind tmpfs.
+bench:
+	$(GO) build -o bin/bench ./tests/bench
+	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" ./bin/bench
 
 clean:
 	rm -rf bin $(TEST_TMP)

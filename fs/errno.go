@@ -27,6 +27,7 @@ var errnos = []struct {
 	{pool.ErrLoop, syscall.EMLINK},
 	{pool.ErrInterrupted, syscall.EINTR},
 	{pool.ErrBusy, syscall.EBUSY},
+	{pool.ErrValueTooBig, syscall.E2BIG},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

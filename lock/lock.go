@@ -218,7 +218,7 @@ func (f *File) pushRunLocked(l *Lock) {
 		f.stats.MaxBypass = max(f.stats.MaxBypass, l.bypass)
 	}
 	for c := f.wait; c != nil; c = c.Next {
-		if c.IsWhole() {
+		if c.IsWhole() && c.conflicts(l) { // a compatible reader passing it costs it nothing
 			c.bypass++
 		}
 	}

@@ -103,6 +103,37 @@ func (a *allocator) alloc(goal Blk, want uint64) (Blk, uint64) {
 	return 0, 0
 }
 
+// allocContig takes exactly n contiguous blocks, preferring goal; ok is
+// false when no such run exists (the pool may still have n free blocks
+// in pieces).
+func (a *allocator) allocContig(goal Blk, n uint64) (Blk, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n == 0 || n > a.nfree {
+		return 0, false
+	}
+	i, ok := uint64(0), false
+	if goal >= a.start && uint64(goal-a.start) < a.n {
+		if j, found := a.findRun(uint64(goal-a.start), uint64(goal-a.start)+1, n); found {
+			i, ok = j, true
+		}
+	}
+	if !ok {
+		if i, ok = a.findRun(a.cursor, a.n, n); !ok {
+			i, ok = a.findRun(0, a.n, n)
+		}
+	}
+	if !ok || i+n > a.n {
+		return 0, false
+	}
+	for k := i; k < i+n; k++ {
+		a.bits[k/64] |= 1 << (k % 64)
+	}
+	a.nfree -= n
+	a.cursor = i + n
+	return a.start + Blk(i), true
+}
+
 // findRun finds a run of need free blocks starting in [from, to).
 func (a *allocator) findRun(from, to, need uint64) (uint64, bool) {
 	i := from

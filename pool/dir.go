@@ -52,6 +52,7 @@ func (fs *FS) loadDir(in *Inode) error {
 		if _, dup := in.dir.names[de.Name]; dup {
 			return fmt.Errorf("entry %q appears twice", de.Name)
 		}
+		child.refs++
 		in.dir.names[de.Name] = dirEntry{ino: de.Ino, slot: s, typ: de.Type}
 		in.dir.slots[s] = de.Name
 		if child.IsDir() {
@@ -401,6 +402,9 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
+	if target.IsDir() {
+		return ErrPerm // before any lock: Link(d, d) would lock d twice
+	}
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
 	dir.mu.Lock()
@@ -408,14 +412,14 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	if dir.dir == nil {
 		return ErrNotDir
 	}
+	if dir.d.Nlink == 0 {
+		return ErrNotFound // linking into a removed directory
+	}
 	if _, _, ok := fs.lookupLocked(dir, name); ok {
 		return ErrExist
 	}
 	target.mu.Lock()
 	defer target.mu.Unlock()
-	if target.IsDir() {
-		return ErrPerm
-	}
 	if target.d.Nlink == 0 {
 		return ErrNotFound
 	}

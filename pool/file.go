@@ -283,13 +283,18 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
 		return len(data), nil
 	}
-	// Persist order: the data in fresh blocks, and overwritten old blocks,
-	// are durable before the transaction that maps them or grows the size.
-	walk(exts, off, int64(len(data)), func(p int64, _, k int) {
+	// Persist order: fresh blocks whole (data and the zeros around it:
+	// media flushed by cache line would otherwise show a previous owner's
+	// bytes after a crash) and overwritten old blocks are durable before
+	// the transaction that maps them or grows the size.
+	walk(old, off, int64(len(data)), func(p int64, _, k int) {
 		if p >= 0 {
 			fs.m.Flush(p, int64(k))
 		}
 	})
+	for _, e := range added {
+		fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs))
+	}
 	fs.m.Fence()
 	in.mu.Lock()
 	defer in.mu.Unlock()

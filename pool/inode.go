@@ -24,6 +24,7 @@ type Inode struct {
 	fs  *FS
 	Ino Ino
 	typ uint32 // file type bits; never change, so read without a lock
+	refs int   // load time only: directory entries naming the inode
 
 	locks lock.File               // data range locks; see the lock order in pool.go
 	sess  atomic.Pointer[session] // open segmented-I/O session, or nil
@@ -159,13 +160,11 @@ func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 // allocMeta allocates one run of n blocks for metadata that will be stored
 // through the mapping (directory, overflow, xattr, symlink blocks).
 func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {
-	b, got := c.fs.alloc.alloc(goal, n)
-	if got > 0 {
-		c.allocated = append(c.allocated, format.Extent{Phys: b, Len: got})
-	}
-	if got < n {
+	b, ok := c.fs.alloc.allocContig(goal, n)
+	if !ok {
 		return 0, ErrNoSpace
 	}
+	c.allocated = append(c.allocated, format.Extent{Phys: b, Len: n})
 	if err := c.fs.materialize(b, n); err != nil {
 		return 0, err
 	}
@@ -412,7 +411,8 @@ func (fs *FS) loadExtents(in *Inode) error {
 	}
 	var prevEnd uint64
 	for i, e := range exts {
-		if e.Len == 0 || (i > 0 && e.Logical < prevEnd) || e.End() > MaxFileSize/format.BlockSize || !fs.sb.ValidData(e.Phys, e.Len) {
+		if e.Len == 0 || e.Len > MaxFileSize/format.BlockSize || e.Logical > MaxFileSize/format.BlockSize ||
+			(i > 0 && e.Logical < prevEnd) || e.End() > MaxFileSize/format.BlockSize || !fs.sb.ValidData(e.Phys, e.Len) {
 			return fmt.Errorf("%w: extent %d {file block %d, pool block %d, %d blocks} invalid or out of order", format.ErrCorrupt, i, e.Logical, e.Phys, e.Len)
 		}
 		if !fs.alloc.markUsed(e.Phys, e.Len) {

@@ -253,6 +253,13 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	var orphans []*Inode
 	for _, in := range fs.inodes {
 		if in.d.Nlink == 0 {
+			if in.refs > 0 || in.Ino == format.RootIno {
+				// Named yet "unlinked": the count is wrong, not the file
+				// gone. Freeing it would leave dangling entries.
+				log.Warn("inode has link count 0 but directory entries name it; kept. Run `dnnfs fsck --repair` after unmounting",
+					zap.Uint64("ino", uint64(in.Ino)), zap.Int("entries", in.refs))
+				continue
+			}
 			orphans = append(orphans, in)
 		}
 	}

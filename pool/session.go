@@ -485,6 +485,9 @@ func (fs *FS) loadSession(in *Inode) error {
 		if err != nil {
 			return fmt.Errorf("F_log entry %d: %w", i, err)
 		}
+		if e.PartHead > size || e.PLength > size-e.PartHead {
+			return fmt.Errorf("F_log entry %d: segment [%d, +%d) outside the session's %d bytes", i, e.PartHead, e.PLength, size)
+		}
 		seg := &segment{idx: i, start: e.PartHead, end: e.PartHead + e.PLength, pid: e.Pid, pidStored: true, finished: e.PFlag == 1}
 		tail := atomic.LoadUint64(fs.tailWord(s, i))
 		if seg.finished {

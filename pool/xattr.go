@@ -1,11 +1,16 @@
 package pool
 
 import (
+	"errors"
 	"slices"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 )
+
+// ErrValueTooBig: an xattr value over format.XAMaxValue (65535) bytes; one
+// byte below the kernel's own limit because lengths are stored in 16 bits.
+var ErrValueTooBig = errors.New("xattr value too large")
 
 // Xattr flags (setxattr(2)).
 const (
@@ -42,7 +47,7 @@ func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error
 		return ErrRange
 	}
 	if len(value) > format.XAMaxValue {
-		return ErrTooBig
+		return ErrValueTooBig
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()

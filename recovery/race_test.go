@@ -1,0 +1,7 @@
+//go:build race
+
+package recovery
+
+// raceEnabled: the race detector makes every byte copied cost; the slow
+// exhaustive tests sample under it.
+const raceEnabled = true

@@ -1,0 +1,30 @@
+package recovery
+
+import (
+	"testing"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+func TestReproLinkIntoRemovedDir(t *testing.T) {
+	m := pmem.NewMemory(4 << 20)
+	must(t, pool.Format(m, 0, 0))
+	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, err)
+	root := fs.Root()
+	d := mustV[*pool.Inode](t)(fs.Create(root, "d", dirMode))
+	f := mustV[*pool.Inode](t)(fs.Create(root, "f", regMode))
+	must(t, fs.Rmdir(root, "d"))
+	s := mustV[*pool.Inode](t)(fs.Create(root, "s", pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "f"}))
+	t.Logf("removed dir %d, new symlink %d", d.Ino, s.Ino)
+	t.Logf("Link into the removed directory: %v", fs.Link(f, d, "x"))
+	for _, p := range check(t, m).Problems {
+		t.Log(p)
+	}
+	must(t, fs.Close())
+	if _, _, err := pool.Open(m, pool.Options{}); err != nil {
+		t.Fatalf("remount: %v", err)
+	}
+}
