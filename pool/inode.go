@@ -21,10 +21,10 @@ const MaxFileSize = 1 << 50
 
 // Inode is the DRAM state of one live inode.
 type Inode struct {
-	fs  *FS
-	Ino Ino
-	typ uint32 // file type bits; never change, so read without a lock
-	refs int   // load time only: directory entries naming the inode
+	fs   *FS
+	Ino  Ino
+	typ  uint32 // file type bits; never change, so read without a lock
+	refs int    // load time only: directory entries naming the inode
 
 	locks lock.File               // data range locks; see the lock order in pool.go
 	sess  atomic.Pointer[session] // open segmented-I/O session, or nil

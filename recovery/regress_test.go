@@ -24,7 +24,7 @@ func TestReproStaleBytesAfterCrash(t *testing.T) {
 	f, err := fs.Create(fs.Root(), "f", regMode)
 	must(t, err)
 	mustV[int](t)(fs.Write(f, 1000, pattern(100, 1), false)) // returns: durable
-	img := sliceMedium(rec.Image(rec.Fences()))               // crash now
+	img := sliceMedium(rec.Image(rec.Fences()))              // crash now
 	fs2, in := mountLookup(t, img, "/f")
 	got := make([]byte, 1000)
 	mustV[int](t)(fs2.ReadAt(in, got, 0))
@@ -42,7 +42,7 @@ func TestReproXattrSpuriousENOSPC(t *testing.T) {
 	must(t, err)
 	root := fs.Root()
 	must(t, fs.Setxattr(root, "user.x", []byte("1"), 0)) // xattr region at the first data block
-	a, err := fs.Create(root, "a", regMode)             // root's directory block right after it
+	a, err := fs.Create(root, "a", regMode)              // root's directory block right after it
 	must(t, err)
 	must(t, fs.Removexattr(root, "user.x")) // the first data block is free again
 	st := fs.Statfs()
