@@ -93,8 +93,10 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 		// A read session counts a read once its data is on its way.
 		length := uint64(min(int64(n), size-off))
 		r.done = func() {
-			in.locks.Release(l)
+			// Progress before the lock goes: an abandon or truncate holding
+			// the whole file cannot interleave.
 			fs.sessionProgress(in, c, uint64(off), length, false)
+			in.locks.Release(l)
 		}
 	}
 	if off >= size || n <= 0 {

@@ -24,7 +24,11 @@ const DefaultTailInterval = 4 << 20
 // session is the DRAM state of an open segmented-I/O session (SEEDS.md
 // §1b). Its persistent half is the F_log and the P_logs in the pool.
 type session struct {
-	mu     sync.Mutex // leaf: taken under Inode.mu or alone, never the reverse
+	// cmu orders every store into the log regions (Tail_ptr, F_log entry)
+	// against the close that frees them: holders re-check closed. Order:
+	// Inode.mu -> cmu -> mu.
+	cmu    sync.Mutex
+	mu     sync.Mutex // leaf
 	mode   uint32
 	size   uint64
 	flog   Blk
@@ -249,6 +253,13 @@ func (fs *FS) sessionProgress(in *Inode, c Caller, off, n uint64, write bool) {
 	if s == nil || (s.mode == format.SessionWrite) != write {
 		return
 	}
+	// Only the session's own process makes progress: another program's
+	// read or write of the file is not the job's work (SEEDS.md §1b: the
+	// tail is that thread's progress). TID 0 is the kernel's own requests
+	// (writeback of the job's shared mappings) and in-process callers.
+	if c.TID != 0 && fs.tgid(c.TID) != s.owner.Load() {
+		return
+	}
 	end := min(off+n, s.size)
 	var todo []*segment
 	s.mu.Lock()
@@ -302,7 +313,8 @@ func (seg *segment) addSpan(a, b uint64) {
 
 // persistTail makes the segment's progress durable: for writes, the data
 // up to the tail first (flush + fence), then the 8-byte Tail_ptr store,
-// persisted. A segment whose tail reached its end is finished.
+// persisted. A segment whose tail reached its end is finished, and the
+// last one to finish closes the session.
 func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 	seg.pmu.Lock()
 	defer seg.pmu.Unlock()
@@ -311,11 +323,22 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 	finish := seg.tail == seg.end && !seg.finished
 	s.mu.Unlock()
 	from := seg.persisted.Load()
+	var exts []format.Extent
+	if target > from && s.mode == format.SessionWrite {
+		in.mu.Lock() // before cmu: the lock order is Inode.mu -> cmu
+		exts = in.exts
+		in.mu.Unlock()
+	}
+	s.cmu.Lock()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed { // the log regions may be freed already
+		s.cmu.Unlock()
+		return nil
+	}
 	if target > from {
 		if s.mode == format.SessionWrite {
-			in.mu.Lock()
-			exts := in.exts
-			in.mu.Unlock()
 			walk(exts, int64(from), int64(target-from), func(p int64, _, k int) {
 				if p >= 0 {
 					fs.m.Flush(p, int64(k))
@@ -328,24 +351,32 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 		seg.persisted.Store(target)
 	}
 	if storePid || finish {
-		// The entry changes (Pid recorded; or P_flag = 1, P_log_addr = NULL):
-		// one 64-byte journal record.
+		// The entry changes (Pid recorded; or P_flag = 1, P_log_addr =
+		// NULL): one 64-byte journal record. DRAM says finished only after
+		// it commits, so no other segment closes the session before.
 		s.mu.Lock()
-		seg.pidStored = true
-		seg.pid = pid
-		if finish {
-			seg.finished = true
-		}
 		e := fs.entryOf(s, seg.idx)
+		e.Pid = pid
+		if finish {
+			e.PFlag, e.PLogAddr = 1, 0
+		}
 		s.mu.Unlock()
 		var buf [format.FLEntry]byte
 		e.Encode(buf[:])
 		c := fs.begin()
 		c.tx.Write(fs.entryOff(s, seg.idx), buf[:])
 		if err := c.commit(); err != nil {
+			s.cmu.Unlock()
 			return err
 		}
+		s.mu.Lock()
+		seg.pidStored, seg.pid = true, pid
+		if finish {
+			seg.finished = true
+		}
+		s.mu.Unlock()
 	}
+	s.cmu.Unlock()
 	if finish {
 		// The P_log is deleted with its region when the session closes.
 		s.mu.Lock()
@@ -371,6 +402,8 @@ func (fs *FS) closeSessionLocked(in *Inode, finished bool) error {
 	if s == nil {
 		return nil
 	}
+	s.cmu.Lock() // no tail store or entry commit is in flight past this
+	defer s.cmu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -411,10 +444,21 @@ func (c *change) stageAbandonLocked(in *Inode, nd *format.Inode) {
 	c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
 		format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
 	fs := c.fs
-	c.after = append(c.after, func() {
+	// Closed before the commit frees the regions; cmu keeps in-flight
+	// tail stores out until then.
+	s.cmu.Lock()
+	s.mu.Lock()
+	wasClosed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	c.undo = append(c.undo, func() {
 		s.mu.Lock()
-		s.closed = true
+		s.closed = wasClosed
 		s.mu.Unlock()
+		s.cmu.Unlock()
+	})
+	c.after = append(c.after, func() {
+		s.cmu.Unlock()
 		in.sess.Store(nil)
 		fs.log.Warn("session abandoned: the file's size or data layout changed under it",
 			zap.Uint64("ino", uint64(in.Ino)))

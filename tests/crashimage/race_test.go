@@ -1,0 +1,5 @@
+//go:build race
+
+package crashimage_test
+
+const raceEnabled = true

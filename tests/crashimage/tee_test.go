@@ -1,0 +1,149 @@
+package crashimage_test
+
+import (
+	"sync"
+
+	"github.com/dnnfs/dnnfs/pmem"
+)
+
+// tee passes every call to a medium (the script's pmem.Recorder, or a
+// recovered image) and records the flushes the way pmem.Recorder does (whole cache lines, snapshot at Flush, durable at the next Fence), so
+// that the images of consecutive fences can be built incrementally: the
+// Recorder's Image(k) allocates and replays from scratch for every k, which
+// under the race detector costs more than the checks themselves. The sweep
+// compares the two at many fences.
+type tee struct {
+	pmem.Medium
+	initial []byte
+
+	mu      sync.Mutex
+	pending []flushed
+	fences  [][]flushed // fences[i]: what fence i+1 made durable
+}
+
+type flushed struct {
+	off  int64
+	data []byte
+}
+
+// newTee starts recording; m's current bytes are the durable starting image.
+func newTee(m pmem.Medium) *tee {
+	initial := getBuf(len(m.Bytes()))
+	copy(initial, m.Bytes())
+	return &tee{Medium: m, initial: initial}
+}
+
+// release returns the tee's buffers to the pool of image buffers.
+func (t *tee) release() { putBuf(t.initial); t.initial = nil }
+
+// Image-sized buffers are reused: under the race detector every fresh
+// multi-megabyte allocation costs more than the checks of an image.
+var bufPool sync.Pool
+
+func getBuf(n int) []byte {
+	if b, ok := bufPool.Get().(*[]byte); ok && len(*b) == n {
+		return *b
+	}
+	return make([]byte, n)
+}
+
+func putBuf(b []byte) {
+	if b != nil {
+		bufPool.Put(&b)
+	}
+}
+
+func (t *tee) Flush(off, n int64) {
+	size := int64(len(t.Bytes()))
+	if n > 0 && off < size {
+		start, end := max(off, 0), size
+		if off < 0 || n <= size-off {
+			end = min(off+n, size)
+		}
+		start &^= pmem.CacheLine - 1
+		end = min((end+pmem.CacheLine-1)&^(pmem.CacheLine-1), size)
+		if start < end {
+			t.mu.Lock()
+			t.pending = append(t.pending, flushed{start, append([]byte(nil), t.Bytes()[start:end]...)})
+			t.mu.Unlock()
+		}
+	}
+	t.Medium.Flush(off, n)
+}
+
+func (t *tee) Fence() {
+	t.mu.Lock()
+	t.fences = append(t.fences, t.pending)
+	t.pending = nil
+	t.mu.Unlock()
+	t.Medium.Fence()
+}
+
+func (t *tee) Persist(off, n int64) {
+	t.Flush(off, n)
+	t.Fence()
+}
+
+// images walks the crash images of consecutive fences.
+type images struct {
+	t    *tee
+	k    int
+	cur  []byte // the image after fence k
+	work []byte // reused copy handed to checks
+}
+
+// imagesFrom starts at the image after fence k of the script.
+func (s *script) imagesFrom(k int) *images { return s.tee.imagesFrom(k) }
+
+// imagesFrom starts at the image after fence k.
+func (t *tee) imagesFrom(k int) *images {
+	im := &images{t: t, cur: getBuf(len(t.initial))}
+	copy(im.cur, t.initial)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range t.fences[:k] {
+		for _, sp := range f {
+			copy(im.cur[sp.off:], sp.data)
+		}
+	}
+	im.k = k
+	return im
+}
+
+// next advances to the following fence.
+func (im *images) next() bool {
+	im.t.mu.Lock()
+	defer im.t.mu.Unlock()
+	if im.k >= len(im.t.fences) {
+		return false
+	}
+	for _, sp := range im.t.fences[im.k] {
+		copy(im.cur[sp.off:], sp.data)
+	}
+	im.k++
+	return true
+}
+
+// release returns the buffers to the pool; the images must not be used
+// afterwards.
+func (im *images) release() {
+	putBuf(im.cur)
+	putBuf(im.work)
+	im.cur, im.work = nil, nil
+}
+
+// count returns how many fences have been recorded.
+func (t *tee) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.fences)
+}
+
+// image returns a copy of the current image (valid until the next call).
+func (im *images) image() []byte {
+	if im.work == nil {
+		im.work = getBuf(len(im.cur))
+	}
+	copy(im.work, im.cur)
+	return im.work
+}

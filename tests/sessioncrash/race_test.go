@@ -1,0 +1,5 @@
+//go:build race
+
+package sessioncrash_test
+
+const raceEnabled = true
