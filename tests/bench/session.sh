@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue-level measurement of the two-layer log's cost, fio in a separate
 # process: one 1 GiB file, 1 and 4 jobs (each owning its segment), 1 MiB
-# writes, with a segmented session (setfattr user.dnnfs.session; fio does
+# writes (fio --thread: the jobs are threads of one process, as a training
+# job's are), with a segmented session (setfattr user.dnnfs.session; fio does
 # the first I/O and so becomes the session's process) against the same
 # preallocated file without one. Median MiB/s of RUNS runs.
 #   usage: tests/bench/session.sh [RUNS] [TAIL_INTERVAL]
@@ -18,7 +19,7 @@ $BIN mkfs --pool $W/pool --size 3GiB >/dev/null
 $BIN mount --pool $W/pool $W/mnt --log-level warn --tail-interval $TI 2>>$W/daemon.log &
 for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && break; sleep 0.05; done
 fiobw() { # jobs
-  fio --name=b --directory=$W/mnt --filename=f --rw=write --bs=1M --ioengine=psync --numjobs=$1 \
+  fio --name=b --directory=$W/mnt --filename=f --rw=write --bs=1M --ioengine=psync --thread --numjobs=$1 \
       --size=$((1024 / $1))M --offset_increment=$((1024 / $1))M --group_reporting \
       --output-format=terse --terse-version=3 2>/dev/null | awk -F';' '{print $48/1024}'
 }
@@ -31,7 +32,7 @@ for run in $(seq $RUNS); do
     rm -f $W/mnt/f; touch $W/mnt/f
     setfattr -n user.dnnfs.session -v "threads=$jobs,size=1GiB" $W/mnt/f
     R[session,$jobs]+="$(fiobw $jobs) "
-    if getfattr -n user.dnnfs.session $W/mnt/f >/dev/null 2>&1; then echo "session did not close"; exit 1; fi
+    if getfattr -n user.dnnfs.session $W/mnt/f >/dev/null 2>&1; then echo "session did not close ($jobs jobs):"; getfattr --only-values -n user.dnnfs.session $W/mnt/f; echo; tail -5 $W/daemon.log; exit 1; fi
   done
 done
 echo "# $(uname -r), $(nproc) CPUs, 1 GiB, 1 MiB writes, tail interval $TI, median of $RUNS"

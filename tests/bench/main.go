@@ -1,0 +1,398 @@
+// Command bench is `make bench`: it measures dnnfs against its peers in one
+// run and regenerates docs/BENCHMARKS.md, docs/bench/results.json and the
+// plots in docs/bench/.
+//
+// Peers, all on this machine in the same run: native tmpfs (a tmpfs mount of
+// our own), go-fuse's loopback example over that tmpfs, dnnfs --lock=range
+// (the default) and dnnfs --lock=file. Pools and tmpfs live in /dev/shm.
+//
+// Workloads:
+//  1. fio matrix (the paper's, scaled): sequential/random read/write, 1, 2
+//     and 4 jobs, 4 KiB..1 MiB blocks, one shared file with a contiguous
+//     segment per job, plus one file per job as the control. Reads are
+//     measured cold (first read after a remount) and warm.
+//  2. Filebench-like personalities as fio job files (tests/bench/fio/).
+//  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
+//
+// It sets everything up itself (fio and matplotlib through apt-get when
+// missing, the binaries, the mounts) and unmounts everything on exit and on
+// Ctrl-C. Modes and knobs (flags, or the environment as `make bench` passes
+// it): QUICK=1 / --quick, RUNS=N / --runs, PROFILE=1 / --profile.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	quick     bool
+	runs      int
+	profile   bool
+	repo      string // repository root
+	out       string // docs directory
+	work      string // parent of the scratch directory (tmpfs)
+	systems   string // comma list, for debugging
+	phases    string // comma list: fio,personality,checkpoint
+	noInstall bool
+	dryRun    bool
+	reportOf  string // regenerate the report from this results.json
+}
+
+func envBool(name string) bool {
+	v := strings.TrimSpace(os.Getenv(name))
+	return v != "" && v != "0" && !strings.EqualFold(v, "false") && !strings.EqualFold(v, "no")
+}
+
+func main() {
+	var o options
+	flag.BoolVar(&o.quick, "quick", envBool("QUICK"), "quick mode: small sizes, a subset of the matrix, 1 run (env QUICK=1)")
+	flag.IntVar(&o.runs, "runs", 0, "runs of every configuration (env RUNS; default 3, quick 1)")
+	flag.BoolVar(&o.profile, "profile", envBool("PROFILE"), "CPU-profile dnnfs on the 3 configurations furthest behind tmpfs (env PROFILE=1)")
+	flag.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
+	flag.StringVar(&o.out, "out", "", "output docs directory (default REPO/docs)")
+	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
+	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file", "systems to measure (debugging)")
+	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,micro", "workloads to run (debugging): fio, personality, checkpoint, micro (go test -bench)")
+	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
+	flag.StringVar(&o.reportOf, "report-only", "", "regenerate docs/BENCHMARKS.md and the plots from this results.json, measuring nothing")
+	flag.BoolVar(&o.dryRun, "n", false, "print the plan (sizes, number of measurements, estimated time) and exit")
+	flag.Parse()
+	if o.runs == 0 {
+		if v := strings.TrimSpace(os.Getenv("RUNS")); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: RUNS=%q: want a positive number\n", v)
+				os.Exit(2)
+			}
+			o.runs = n
+		}
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/dnnfs/dnnfs") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("run from inside the dnnfs repository (no go.mod of github.com/dnnfs/dnnfs above %s)", dir)
+		}
+	}
+}
+
+// Bench is one benchmark run: its parameters, scratch space, systems and
+// the measurements so far.
+type Bench struct {
+	o       options
+	p       params
+	repo    string
+	out     string
+	w       string // scratch directory
+	tmpfs   string // our tmpfs mount: native/ and loopback source live here
+	binDir  string
+	dnnfs   string // daemon binary
+	loop    string // loopback binary
+	logs    string
+	started time.Time
+	machine machineInfo
+
+	mu       sync.Mutex
+	meas     []Measurement
+	failures []Failure
+	active   map[*System]bool
+	mounted  []string // our own non-FUSE mounts (the tmpfs)
+
+	profileFor map[string]string // config id -> cpuprofile path, while profiling
+	profiling  bool
+	profiles   []profileOut
+	micro      string // go test -bench output
+	elapsed    time.Duration
+}
+
+func run(o options) error {
+	if o.dryRun {
+		p := newParams(o)
+		phases := strings.Split(o.phases, ",")
+		n := len(strings.Split(o.systems, ","))
+		js, _ := json.MarshalIndent(p, "", "  ")
+		fmt.Printf("%s\n%d measurements, about %s on an idle 2-core machine (plus builds and micro-benchmarks)\n",
+			js, p.count(n, phases), p.estimate(n, phases).Round(time.Second))
+		return nil
+	}
+	if o.reportOf != "" {
+		return reportOnly(o)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (mount -t tmpfs, FUSE mounts without fusermount); run as root")
+	}
+	repo := o.repo
+	if repo == "" {
+		var err error
+		if repo, err = findRepo(); err != nil {
+			return err
+		}
+	}
+	out := o.out
+	if out == "" {
+		out = filepath.Join(repo, "docs")
+	}
+	b := &Bench{o: o, p: newParams(o), repo: repo, out: out, started: time.Now(), active: map[*System]bool{}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "\nbench: %v: stopping, unmounting everything\n", sig)
+		cancel()
+		<-sigs
+		fmt.Fprintln(os.Stderr, "bench: second signal: cleaning up now and exiting")
+		b.cleanup()
+		os.Exit(130)
+	}()
+
+	if err := b.setup(ctx); err != nil {
+		b.cleanup()
+		return err
+	}
+	systems := b.systems()
+	err := b.runAll(ctx, systems)
+	b.machine.LoadEnd = loadavg()
+	b.elapsed = time.Since(b.started)
+	logs := b.collectLogs()
+	b.cleanup()
+	if ctx.Err() != nil {
+		return errors.New("interrupted; nothing written to docs/")
+	}
+	if err != nil {
+		return err
+	}
+	return b.report(logs, systems)
+}
+
+// setup installs what is missing, builds the binaries and mounts the tmpfs.
+func (b *Bench) setup(ctx context.Context) error {
+	b.logf("mode %s: %d run(s) of every configuration; scratch in %s", b.p.Mode, b.p.Runs, b.o.work)
+	if err := b.install(ctx); err != nil {
+		return err
+	}
+	w, err := os.MkdirTemp(b.o.work, "dnnfs-bench.")
+	if err != nil {
+		return err
+	}
+	b.w = w
+	b.binDir = filepath.Join(w, "bin")
+	b.logs = filepath.Join(w, "logs")
+	b.tmpfs = filepath.Join(w, "tmpfs")
+	for _, d := range []string{b.binDir, b.logs, b.tmpfs, filepath.Join(w, "mnt")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	b.dnnfs = filepath.Join(b.binDir, "dnnfs")
+	b.loop = filepath.Join(b.binDir, "loopback")
+	b.logf("building %s and the go-fuse loopback example", "cmd/dnnfs")
+	if err := b.cmd(ctx, "go", "build", "-o", b.dnnfs, "./cmd/dnnfs"); err != nil {
+		return fmt.Errorf("building dnnfs: %w", err)
+	}
+	if err := b.cmd(ctx, "go", "build", "-o", b.loop, "github.com/hanwen/go-fuse/v2/example/loopback"); err != nil {
+		return fmt.Errorf("building the go-fuse loopback example: %w", err)
+	}
+	size := b.p.tmpfsSize()
+	if err := b.cmd(ctx, "mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0755", size>>20), "dnnfs-bench", b.tmpfs); err != nil {
+		return fmt.Errorf("mounting the tmpfs peer: %w", err)
+	}
+	b.mu.Lock()
+	b.mounted = append(b.mounted, b.tmpfs)
+	b.mu.Unlock()
+	b.machine = probeMachine(ctx, b)
+	return nil
+}
+
+// install makes fio present (required) and matplotlib (optional: plots).
+func (b *Bench) install(ctx context.Context) error {
+	var want []string
+	if _, err := exec.LookPath("fio"); err != nil {
+		want = append(want, "fio")
+	}
+	if exec.CommandContext(ctx, "/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
+		want = append(want, "python3-matplotlib")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		want = append(want, "fuse3")
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	if b.o.noInstall {
+		b.logf("not installing %v (--no-install)", want)
+	} else {
+		b.logf("installing %v with apt-get", want)
+		env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		up := exec.CommandContext(ctx, "apt-get", "update", "-qq")
+		up.Env = env
+		if out, err := up.CombinedOutput(); err != nil {
+			b.logf("apt-get update failed: %v\n%s", err, tail(string(out), 800))
+		}
+		for _, pkg := range want {
+			in := exec.CommandContext(ctx, "apt-get", "install", "-y", "-qq", "--no-install-recommends", pkg)
+			in.Env = env
+			if out, err := in.CombinedOutput(); err != nil {
+				b.logf("apt-get install %s failed: %v\n%s", pkg, err, tail(string(out), 800))
+			}
+		}
+	}
+	if _, err := exec.LookPath("fio"); err != nil {
+		return errors.New("fio is missing and could not be installed (apt-get install fio)")
+	}
+	return nil
+}
+
+// cmd runs a setup command in the repository, failing with its output.
+func (b *Bench) cmd(ctx context.Context, name string, args ...string) error {
+	c := exec.CommandContext(ctx, name, args...)
+	c.Dir = b.repo
+	out, err := c.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w\n%s", shellJoin(append([]string{name}, args...)), err, tail(string(out), 2000))
+	}
+	return nil
+}
+
+func (b *Bench) logf(format string, args ...any) {
+	el := time.Since(b.started).Round(time.Second)
+	fmt.Fprintf(os.Stderr, "[%6s] %s\n", el, fmt.Sprintf(format, args...))
+}
+
+// runAll runs every phase RUNS times; within a run every system runs the
+// phase in turn (the order rotates between runs), so ratios can be taken
+// pair by pair within one run.
+func (b *Bench) runAll(ctx context.Context, systems []*System) error {
+	var phases []string
+	micro := false
+	for _, ph := range strings.Split(b.o.phases, ",") {
+		switch ph = strings.TrimSpace(ph); ph {
+		case "":
+		case "micro":
+			micro = true
+		default:
+			phases = append(phases, ph)
+		}
+	}
+	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(len(systems), phases), b.p.estimate(len(systems), phases).Round(time.Minute))
+	for run := 0; run < b.p.Runs; run++ {
+		for _, ph := range phases {
+			for i := range systems {
+				s := systems[(i+run)%len(systems)]
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				b.logf("run %d/%d: %s on %s", run+1, b.p.Runs, ph, s.Name)
+				var err error
+				switch ph {
+				case "fio":
+					err = b.runMatrix(ctx, s, run, nil)
+				case "personality":
+					err = b.runPersonalities(ctx, s, run, nil)
+				case "checkpoint":
+					err = b.runCheckpoint(ctx, s, run, nil)
+				default:
+					return fmt.Errorf("unknown phase %q (want fio, personality, checkpoint, micro)", ph)
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					b.fail(s.Name, ph, "", err)
+				}
+			}
+		}
+	}
+	if b.o.profile {
+		if err := b.runProfiles(ctx, systems); err != nil && ctx.Err() == nil {
+			b.fail("dnnfs-range", "profile", "", err)
+		}
+	}
+	if micro && ctx.Err() == nil {
+		b.runMicro(ctx)
+	}
+	return ctx.Err()
+}
+
+func (b *Bench) systems() []*System {
+	var out []*System
+	for _, n := range strings.Split(b.o.systems, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		out = append(out, newSystem(b, n))
+	}
+	return out
+}
+
+// cleanup unmounts everything this run mounted and removes the scratch
+// directory. It is safe to call more than once.
+func (b *Bench) cleanup() {
+	b.mu.Lock()
+	var act []*System
+	for s := range b.active {
+		act = append(act, s)
+	}
+	mounted := b.mounted
+	b.mounted = nil
+	b.mu.Unlock()
+	for _, s := range act {
+		if err := s.unmount(); err != nil {
+			b.logf("cleanup: %s: %v", s.Name, err)
+		}
+		b.mu.Lock()
+		delete(b.active, s)
+		b.mu.Unlock()
+	}
+	for _, m := range mounted {
+		for i := 0; i < 50; i++ {
+			if exec.Command("umount", m).Run() == nil || !isMounted(m) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if isMounted(m) {
+			exec.Command("umount", "-l", m).Run()
+		}
+	}
+	if b.w != "" && strings.HasPrefix(b.w, b.o.work) {
+		// Keep the daemon logs for the report (copied before), then remove.
+		if !anyMountUnder(b.w) {
+			os.RemoveAll(b.w)
+		} else {
+			b.logf("cleanup: something is still mounted under %s; leaving it", b.w)
+		}
+	}
+}
+
+// NumCPU for the machine line.
+var numCPU = runtime.NumCPU()

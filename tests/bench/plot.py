@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Plots for docs/BENCHMARKS.md from docs/bench/results.json (tests/bench).
+
+usage: plot.py RESULTS.json OUTDIR   -- prints the PNG files it wrote, one a line.
+Needs matplotlib (Debian: python3-matplotlib).
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file"]
+STYLE = {
+    "tmpfs": dict(color="#555555", marker="s", label="tmpfs"),
+    "loopback": dict(color="#1f77b4", marker="^", label="go-fuse loopback"),
+    "dnnfs-range": dict(color="#d62728", marker="o", label="dnnfs --lock=range"),
+    "dnnfs-file": dict(color="#ff7f0e", marker="D", label="dnnfs --lock=file", linestyle="--"),
+}
+OPS = [("write", "", "sequential write"), ("randwrite", "", "random write"),
+       ("read", "cold", "sequential read, cold"), ("read", "warm", "sequential read, warm"),
+       ("randread", "cold", "random read, cold"), ("randread", "warm", "random read, warm")]
+
+
+def size_name(n):
+    for unit, v in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= v and n % v == 0:
+            return "%d %s" % (n // v, unit)
+    return "%d B" % n
+
+
+def main():
+    res = json.load(open(sys.argv[1]))
+    out = sys.argv[2]
+    cfg = {c["id"]: c for c in res["configs"]}
+    summ = {}
+    for s in res["summary"]:
+        if s["n"] > 0:
+            summ[(s["id"], s["system"])] = s
+    present = [s for s in SYSTEMS if any(k[1] == s for k in summ)]
+    mode = res["params"]["mode"]
+    m = res["machine"]
+    foot = "%s, %d CPUs, %s; %s mode, median of %d run(s), bars = min..max" % (
+        m["cpu"], m["cpus"], m["kernel"], mode, res["params"]["runs"])
+    written = []
+
+    def point(cid, system):
+        s = summ.get((cid, system))
+        if not s:
+            return None
+        return s["median"], s["median"] - s["min"], s["max"] - s["median"]
+
+    def series(ax, xs, ids, system, xvals=None):
+        pts = [(x, point(i, system)) for x, i in zip(xs, ids)]
+        pts = [(x, p) for x, p in pts if p]
+        if not pts:
+            return
+        st = dict(STYLE[system])
+        ax.errorbar([x for x, _ in pts], [p[0] for _, p in pts],
+                    yerr=[[p[1] for _, p in pts], [p[2] for _, p in pts]], capsize=3, **st)
+
+    fio = [c for c in res["configs"] if c["phase"] == "fio"]
+    blocks = sorted({c["bs"] for c in fio})
+    shared_jobs = sorted({c["jobs"] for c in fio if c["layout"] == "shared"})
+    # Scaling with jobs, one figure per block size (shared-file layout).
+    for bs in blocks:
+        fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+        for ax, (rw, temp, title) in zip(axes.T.flat, OPS):
+            ids = ["fio/shared/j%d/%s/%s%s" % (j, size_name(bs).replace(" ", ""), rw, "/" + temp if temp else "")
+                   for j in shared_jobs]
+            for s in present:
+                series(ax, shared_jobs, ids, s)
+            ax.set_title(title)
+            ax.set_xlabel("jobs (threads), one shared file")
+            ax.set_ylabel("MiB/s")
+            ax.set_xticks(shared_jobs)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("fio, %s blocks: scaling with jobs" % size_name(bs))
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+        name = "fio-jobs-%s.png" % size_name(bs).replace(" ", "")
+        fig.savefig(os.path.join(out, name), dpi=80)
+        plt.close(fig)
+        written.append(name)
+    # Per block size, at the most jobs.
+    if blocks and shared_jobs:
+        j = shared_jobs[-1]
+        fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+        for ax, (rw, temp, title) in zip(axes.T.flat, OPS):
+            ids = ["fio/shared/j%d/%s/%s%s" % (j, size_name(bs).replace(" ", ""), rw, "/" + temp if temp else "")
+                   for bs in blocks]
+            for s in present:
+                series(ax, blocks, ids, s)
+            ax.set_title(title)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(blocks)
+            ax.set_xticklabels([size_name(b) for b in blocks])
+            ax.set_xlabel("block size (%d jobs, one shared file)" % j)
+            ax.set_ylabel("MiB/s")
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("fio, %d jobs: per block size" % j)
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+        name = "fio-blocks-j%d.png" % j
+        fig.savefig(os.path.join(out, name), dpi=80)
+        plt.close(fig)
+        written.append(name)
+
+    pers = [c for c in res["configs"] if c["phase"] == "personality"]
+    names = []
+    for c in pers:
+        if c["personality"] not in names:
+            names.append(c["personality"])
+    if names:
+        threads = sorted({c["threads"] for c in pers})
+        fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.2), squeeze=False)
+        for ax, n in zip(axes[0], names):
+            ids = ["personality/%s/t%d" % (n, t) for t in threads]
+            for s in present:
+                series(ax, threads, ids, s)
+            ax.set_title(n)
+            ax.set_xlabel("threads")
+            ax.set_ylabel("IOPS")
+            ax.set_xticks(threads)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("Filebench-like personalities (fio)")
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+        fig.savefig(os.path.join(out, "personalities.png"), dpi=80)
+        plt.close(fig)
+        written.append("personalities.png")
+
+    ck = [c for c in res["configs"] if c["phase"] == "checkpoint"]
+    if ck:
+        fig, ax = plt.subplots(figsize=(10, 4.2))
+        width = 0.8 / max(1, len(present))
+        for k, s in enumerate(present):
+            xs, ys, lo, hi = [], [], [], []
+            for i, c in enumerate(ck):
+                p = point(c["id"], s)
+                if p:
+                    xs.append(i + (k - (len(present) - 1) / 2) * width)
+                    ys.append(p[0])
+                    lo.append(p[1])
+                    hi.append(p[2])
+            st = STYLE[s]
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=st["color"], label=st["label"])
+        ax.set_xticks(range(len(ck)))
+        ax.set_xticklabels(["%s\n%d thread(s)" % (c["op"], c["threads"]) for c in ck], fontsize=8)
+        ax.set_ylabel("MiB/s")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+        ax.set_title("checkpoint save (tmp + fsync + rename) and load, %s" % size_name(res["params"]["checkpoint_bytes"]))
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(out, "checkpoint.png"), dpi=80)
+        plt.close(fig)
+        written.append("checkpoint.png")
+    for w in written:
+        print(os.path.join(out, w))
+
+
+if __name__ == "__main__":
+    main()
