@@ -226,19 +226,11 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	size := int64(in.d.Size)
 	c := fs.begin()
 	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
-	var added []format.Extent
-	for _, h := range in.holesLocked(b0, b1) {
-		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
-		if err != nil {
-			c.abort()
-			in.mu.Unlock()
-			return 0, err
-		}
-		lg := h.Logical
-		for _, r := range runs {
-			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
-			lg += r.Len
-		}
+	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false)
+	if err != nil {
+		c.abort()
+		in.mu.Unlock()
+		return 0, err
 	}
 	var werr error
 	if off > size { // only under the whole-file lock
@@ -471,19 +463,10 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 		c.putInode(in, nd)
 		return c.commit()
 	}
-	var added []format.Extent
-	for _, h := range in.holesLocked(off/bs, (end+bs-1)/bs) {
-		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
-		if err != nil {
-			c.abort()
-			return err
-		}
-		lg := h.Logical
-		for _, r := range runs {
-			zeroRange(fs.m, int64(r.Phys.Off()), int64(r.Len*bs))
-			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
-			lg += r.Len
-		}
+	added, err := c.fillHolesLocked(in, in.holesLocked(off/bs, (end+bs-1)/bs), true)
+	if err != nil {
+		c.abort()
+		return err
 	}
 	if mode&FallocKeepSize == 0 && end > in.d.Size {
 		if err := fs.zeroTailLocked(in, int64(in.d.Size), int64(end)); err != nil {

@@ -157,6 +157,28 @@ func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 	return runs, nil
 }
 
+// fillHolesLocked allocates pool blocks for the given holes of in (near
+// their neighbours) and returns them as extents; zero makes them read as
+// zeros (fallocate, sessions), otherwise the caller overwrites them.
+func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero bool) ([]format.Extent, error) {
+	var added []format.Extent
+	for _, h := range holes {
+		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
+		if err != nil {
+			return nil, err
+		}
+		lg := h.Logical
+		for _, r := range runs {
+			if zero {
+				zeroRange(c.fs.m, int64(r.Phys.Off()), int64(r.Len*bs))
+			}
+			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
+			lg += r.Len
+		}
+	}
+	return added, nil
+}
+
 // allocMeta allocates one run of n blocks for metadata that will be stored
 // through the mapping (directory, overflow, xattr, symlink blocks).
 func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {

@@ -143,7 +143,6 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 			exts = kept
 			c.freed = append(c.freed, removed...)
 		}
-		var added []format.Extent
 		need := uint64(0)
 		holes := in.holesLocked(0, (size+bs-1)/bs)
 		for _, h := range holes {
@@ -153,18 +152,10 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		if need+uint64(fb+pb) > fs.alloc.free() {
 			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.free())
 		}
-		for _, h := range holes {
-			runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
-			if err != nil {
-				c.abort()
-				return err
-			}
-			lg := h.Logical
-			for _, r := range runs {
-				zeroRange(fs.m, int64(r.Phys.Off()), int64(r.Len*bs))
-				added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
-				lg += r.Len
-			}
+		added, err := c.fillHolesLocked(in, holes, true)
+		if err != nil {
+			c.abort()
+			return err
 		}
 		if size > in.d.Size {
 			if err := fs.zeroTailLocked(in, int64(in.d.Size), int64(size)); err != nil {
