@@ -483,15 +483,16 @@ func (fs *FS) freeInode(in *Inode) error {
 	if in.d.Xattr != 0 {
 		c.freed = append(c.freed, format.Extent{Phys: in.d.Xattr, Len: in.xattrBlocks})
 	}
-	if err := c.commit(); err != nil {
-		return err
-	}
-	in.exts, in.ovf, in.xattrs = nil, nil, nil
-	fs.imu.Lock()
-	delete(fs.inodes, in.Ino)
-	fs.freeIno = append(fs.freeIno, in.Ino)
-	fs.imu.Unlock()
-	return nil
+	// The slot is free in DRAM before the blocks are (after funcs run
+	// first), so statfs never shows the space back with the inode in use.
+	c.after = append(c.after, func() {
+		in.exts, in.ovf, in.xattrs = nil, nil, nil
+		fs.imu.Lock()
+		delete(fs.inodes, in.Ino)
+		fs.freeIno = append(fs.freeIno, in.Ino)
+		fs.imu.Unlock()
+	})
+	return c.commit()
 }
 
 // syncLocked persists DRAM-only times and flushes written data.
