@@ -23,10 +23,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,60 +37,11 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	harness.RemoveBuiltBinary()
-	if workloadDir != "" {
-		os.RemoveAll(workloadDir)
-	}
 	os.Exit(code)
 }
 
-// ---------------------------------------------------------------------
-// The workload binary
-
-var (
-	workloadOnce sync.Once
-	workloadDir  string
-	workloadBin  string
-	workloadErr  error
-)
-
 // workload builds ./workload once per test process.
-func workload(t *testing.T) string {
-	t.Helper()
-	workloadOnce.Do(func() {
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			workloadErr = err
-			return
-		}
-		if workloadDir, err = os.MkdirTemp("", "dnnfs-crash-workload-"); err != nil {
-			workloadErr = err
-			return
-		}
-		goTool := "go"
-		if p, err := exec.LookPath("go"); err == nil {
-			goTool = p
-		} else if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-			goTool = p
-		}
-		out := filepath.Join(workloadDir, "workload")
-		cmd := exec.Command(goTool, "build", "-o", out, "./tests/crash/workload")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			workloadErr = fmt.Errorf("go build ./tests/crash/workload: %v\n%s", err, b)
-			return
-		}
-		workloadBin = out
-	})
-	if workloadErr != nil {
-		t.Fatal(workloadErr)
-	}
-	return workloadBin
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
+func workload(t *testing.T) string { return harness.Program(t, "./tests/crash/workload") }
 
 // proc is a running workload process.
 type proc struct {

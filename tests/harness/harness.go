@@ -105,13 +105,7 @@ func buildBinary() {
 		return
 	}
 	out := filepath.Join(dir, "dnnfs")
-	goTool := "go"
-	if p, err := exec.LookPath("go"); err == nil {
-		goTool = p
-	} else if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		goTool = p
-	}
-	cmd := exec.Command(goTool, "build", "-race", "-o", out, "./cmd/dnnfs")
+	cmd := exec.Command(goTool(), "build", "-race", "-o", out, "./cmd/dnnfs")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	output, err := cmd.CombinedOutput()
@@ -150,6 +144,74 @@ func RemoveBuiltBinary() {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	progMu.Lock()
+	defer progMu.Unlock()
+	for _, p := range progs {
+		if p.dir != "" {
+			os.RemoveAll(p.dir)
+		}
+	}
+	progs = map[string]*program{}
+}
+
+// goTool finds the go command, also when PATH lacks it.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+// A helper program of a test package, built once per test process.
+type program struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+var (
+	progMu sync.Mutex
+	progs  = map[string]*program{}
+)
+
+// Program builds the main package pkg (a path relative to the module root,
+// e.g. "./tests/crash/workload") once per test process and returns the
+// binary's path; RemoveBuiltBinary deletes it.
+func Program(t testing.TB, pkg string) string {
+	t.Helper()
+	progMu.Lock()
+	p := progs[pkg]
+	if p == nil {
+		p = &program{}
+		progs[pkg] = p
+	}
+	progMu.Unlock()
+	p.once.Do(func() {
+		root, err := ModuleRoot()
+		if err != nil {
+			p.err = err
+			return
+		}
+		if p.dir, err = os.MkdirTemp("", "dnnfs-prog-"); err != nil {
+			p.err = err
+			return
+		}
+		out := filepath.Join(p.dir, filepath.Base(pkg))
+		cmd := exec.Command(goTool(), "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			p.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+			return
+		}
+		p.path = out
+	})
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.path
 }
 
 // ModuleRoot returns the directory holding the repository's go.mod, found by

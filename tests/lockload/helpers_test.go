@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -34,51 +33,11 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	harness.RemoveBuiltBinary()
-	if writerDir != "" {
-		os.RemoveAll(writerDir)
-	}
 	os.Exit(code)
 }
 
-// ---------------------------------------------------------------------------
-// The helper program
-
-var (
-	writerOnce sync.Once
-	writerPath string
-	writerDir  string
-	writerErr  error
-)
-
 // writerBin builds tests/lockload/writer once per test process.
-func writerBin(t *testing.T) string {
-	t.Helper()
-	writerOnce.Do(func() {
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			writerErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "lockload-writer-")
-		if err != nil {
-			writerErr = err
-			return
-		}
-		out := filepath.Join(dir, "writer")
-		cmd := exec.Command("go", "build", "-o", out, "./tests/lockload/writer")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			writerErr = fmt.Errorf("go build ./tests/lockload/writer: %v\n%s", err, b)
-			return
-		}
-		writerPath, writerDir = out, dir
-	})
-	if writerErr != nil {
-		t.Fatal(writerErr)
-	}
-	return writerPath
-}
+func writerBin(t *testing.T) string { return harness.Program(t, "./tests/lockload/writer") }
 
 // Children are started from one goroutine locked to its thread:
 // Pdeathsig fires when the forking *thread* exits (see tests/harness).

@@ -42,9 +42,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	harness.RemoveBuiltBinary()
-	if writerDir != "" {
-		os.RemoveAll(writerDir)
-	}
 	os.Exit(code)
 }
 
@@ -59,42 +56,8 @@ func needMount(t *testing.T) {
 	}
 }
 
-// ---------------------------------------------------------------------------
-// The writer program (./writer), built once per test process.
-
-var (
-	writerOnce sync.Once
-	writerDir  string
-	writerBin  string
-	writerErr  error
-)
-
-func writerBinary(t *testing.T) string {
-	t.Helper()
-	writerOnce.Do(func() {
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			writerErr = err
-			return
-		}
-		if writerDir, err = os.MkdirTemp("", "dnnfs-session-writer-"); err != nil {
-			writerErr = err
-			return
-		}
-		out := filepath.Join(writerDir, "writer")
-		cmd := exec.Command("go", "build", "-o", out, "./tests/sessioncrash/writer")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			writerErr = fmt.Errorf("go build ./tests/sessioncrash/writer: %v\n%s", err, b)
-			return
-		}
-		writerBin = out
-	})
-	if writerErr != nil {
-		t.Fatal(writerErr)
-	}
-	return writerBin
-}
+// writerBinary builds ./writer once per test process.
+func writerBinary(t *testing.T) string { return harness.Program(t, "./tests/sessioncrash/writer") }
 
 // segInfo and sessInfo mirror pool.SessionSegment and pool.SessionInfo.
 type segInfo struct {
