@@ -82,33 +82,8 @@ func newFS(t *testing.T, size string, args ...string) *harness.FS {
 	return harness.Mount(t, harness.Mkfs(t, size), args...)
 }
 
-// tmpfsDir returns an empty directory on a tmpfs (a private tmpfs mounted in
-// t.TempDir() when possible, else a directory under /dev/shm).
-func tmpfsDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755,size=256m"); err == nil {
-		t.Cleanup(func() {
-			if err := unix.Unmount(dir, 0); err != nil {
-				_ = unix.Unmount(dir, unix.MNT_DETACH)
-			}
-		})
-		return dir
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs("/dev/shm", &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
-		t.Skip("cannot mount a tmpfs and /dev/shm is not a tmpfs")
-	}
-	shm, err := os.MkdirTemp("/dev/shm", "dnnfs-e2e-")
-	if err != nil {
-		t.Skip("no usable tmpfs: ", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shm) })
-	return shm
-}
+// tmpfsDir is the native reference directory (see harness.TmpfsDir).
+func tmpfsDir(t *testing.T) string { return harness.TmpfsDir(t, "256m") }
 
 // ---------------------------------------------------------------------------
 // Errors

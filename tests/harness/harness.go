@@ -981,3 +981,33 @@ func releaseMountRefs(mnt string) []string {
 	}
 	return found
 }
+
+// TmpfsDir returns an empty directory on a tmpfs of the given size (like
+// "256m"): a private tmpfs mounted in t.TempDir() when possible (we
+// normally run as root), else a directory under /dev/shm. Tests use it as
+// the native reference to compare dnnfs against.
+func TmpfsDir(t testing.TB, size string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755,size="+size); err == nil {
+		t.Cleanup(func() {
+			if err := unix.Unmount(dir, 0); err != nil {
+				_ = unix.Unmount(dir, unix.MNT_DETACH)
+			}
+		})
+		return dir
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		t.Skip("cannot mount a tmpfs and /dev/shm is not a tmpfs")
+	}
+	shm, err := os.MkdirTemp("/dev/shm", "dnnfs-tmpfs-")
+	if err != nil {
+		t.Skip("no usable tmpfs: ", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	return shm
+}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dnnfs/dnnfs/tests/harness"
 	"github.com/dnnfs/dnnfs/tests/posixdiff"
 )
@@ -21,34 +19,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// tmpfsDir returns an empty directory on a tmpfs: a private tmpfs mounted in
-// t.TempDir() when possible (we normally run as root), else a directory under
-// /dev/shm.
-func tmpfsDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755,size=2g"); err == nil {
-		t.Cleanup(func() {
-			if err := unix.Unmount(dir, 0); err != nil {
-				_ = unix.Unmount(dir, unix.MNT_DETACH)
-			}
-		})
-		return dir
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs("/dev/shm", &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
-		t.Skip("cannot mount a tmpfs and /dev/shm is not a tmpfs")
-	}
-	shm, err := os.MkdirTemp("/dev/shm", "posixdiff-")
-	if err != nil {
-		t.Skip("no usable tmpfs: ", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shm) })
-	return shm
-}
+// tmpfsDir is the native reference directory (see harness.TmpfsDir).
+func tmpfsDir(t *testing.T) string { return harness.TmpfsDir(t, "2g") }
 
 func mkdirs(t *testing.T, dirs ...string) {
 	t.Helper()
