@@ -99,6 +99,7 @@ const (
 	SBState        = 88  // u64 StateClean / StateMounted
 	SBMountCount   = 96  // u64
 	SBMountTime    = 104 // i64 unix ns of the last mount
+	SBTier         = 112 // u64 Blk of the SSD-tier registry block, 0 = none
 	SBCRC          = 252 // u32 CRC-32C of bytes [0, 252)
 	SuperSize      = 256
 )
@@ -122,6 +123,7 @@ type Superblock struct {
 	State        uint64
 	MountCount   uint64
 	MountTime    int64
+	Tier         Blk // SSD-tier registry block (embedding tables), 0 = none
 }
 
 // InodesPerBlock is how many inode slots fit in a block.
@@ -172,6 +174,7 @@ func (sb *Superblock) Encode(b []byte) {
 	le.PutUint64(b[SBState:], sb.State)
 	le.PutUint64(b[SBMountCount:], sb.MountCount)
 	le.PutUint64(b[SBMountTime:], uint64(sb.MountTime))
+	le.PutUint64(b[SBTier:], uint64(sb.Tier))
 	le.PutUint32(b[SBCRC:], Checksum(b[:SBCRC]))
 }
 
@@ -205,6 +208,7 @@ func DecodeSuperblock(b []byte, poolSize int64) (Superblock, error) {
 	sb.State = le.Uint64(b[SBState:])
 	sb.MountCount = le.Uint64(b[SBMountCount:])
 	sb.MountTime = int64(le.Uint64(b[SBMountTime:]))
+	sb.Tier = Blk(le.Uint64(b[SBTier:]))
 	if err := sb.check(poolSize); err != nil {
 		return sb, fmt.Errorf("superblock: %w: %v", ErrCorrupt, err)
 	}
@@ -227,6 +231,8 @@ func (sb *Superblock) check(poolSize int64) error {
 		return fmt.Errorf("data start %d beyond %d blocks", sb.DataStart, sb.Blocks)
 	case sb.State > StateMounted:
 		return fmt.Errorf("state %d", sb.State)
+	case sb.Tier != 0 && !sb.ValidData(sb.Tier, 1):
+		return fmt.Errorf("SSD-tier registry at block %d outside the data region", sb.Tier)
 	}
 	return nil
 }
@@ -296,6 +302,11 @@ const (
 	// InodeOrphan: unlinked while open; freed when the last handle closes,
 	// or at the next mount.
 	InodeOrphan uint32 = 1 << 0
+	// InodeTable: an embedding table; its bytes live on the SSD tier and
+	// INTable names its descriptor (it maps no pool data blocks).
+	InodeTable uint32 = 1 << 1
+	// InodeFlagsKnown are all the flags a valid inode may carry.
+	InodeFlagsKnown = InodeOrphan | InodeTable
 )
 
 // File types as stored in INMode (same values as Linux S_IFMT).
@@ -817,4 +828,343 @@ func (in *Inode) SetSessionFields(processNum, fFlag uint32, fLog Blk, size uint6
 	le.PutUint64(s[INFLogAddr-INSession:], uint64(fLog))
 	le.PutUint64(s[INSessionSize-INSession:], size)
 	le.PutUint32(s[INSessionMode-INSession:], mode)
+}
+
+// ---------------------------------------------------------------------
+// SSD tier: device registry, device label, embedding-table descriptor
+// (SEEDS.md §2, §3; FORMAT.md "SSD tier").
+
+// INTable is the inode field naming an embedding table's descriptor.
+const INTable = 248 // u64 Blk of the table descriptor (InodeTable set), else 0
+
+// TableBlk returns the table descriptor block of a table inode.
+func (in *Inode) TableBlk() Blk { return Blk(le.Uint64(in.Session[INTable-INSession:])) }
+
+// SetTableBlk sets the table descriptor block.
+func (in *Inode) SetTableBlk(b Blk) { le.PutUint64(in.Session[INTable-INSession:], uint64(b)) }
+
+// DevID names an SSD-tier device: its slot in the registry plus one, so 0
+// means "none".
+type DevID uint16
+
+// Tier registry block: one block at Superblock.Tier listing the devices.
+const (
+	TRCRC          = 0  // u32 CRC-32C of [4, 4096)
+	TRCount        = 4  // u32 devices registered (ids 1 .. count)
+	TRMagic        = 8  // u64 TierMagic
+	TREntries      = 64 // first device entry
+	TierDevSize    = 256
+	MaxTierDevices = (BlockSize - TREntries) / TierDevSize // 15
+	TDUUID         = 0                                     // [16]byte device identity, also in the device label
+	TDFlags        = 16                                    // u32 reserved, zero
+	TDPathLen      = 20                                    // u16
+	TDPath         = 32                                    // [224]byte directory given when the device was registered (a hint for admins)
+	MaxTierPath    = TierDevSize - TDPath
+
+	TierMagic uint64 = 0x5245495453464E44 // "DNFSTIER"
+)
+
+// TierDevice is one registered SSD-tier device.
+type TierDevice struct {
+	UUID [16]byte
+	Path string
+}
+
+// EncodeTier writes the registry block.
+func EncodeTier(b []byte, devs []TierDevice) {
+	b = b[:BlockSize]
+	clear(b)
+	le.PutUint32(b[TRCount:], uint32(len(devs)))
+	le.PutUint64(b[TRMagic:], TierMagic)
+	for i, d := range devs {
+		e := b[TREntries+i*TierDevSize:]
+		copy(e[TDUUID:TDUUID+16], d.UUID[:])
+		p := d.Path
+		if len(p) > MaxTierPath {
+			p = p[len(p)-MaxTierPath:]
+		}
+		le.PutUint16(e[TDPathLen:], uint16(len(p)))
+		copy(e[TDPath:], p)
+	}
+	le.PutUint32(b[TRCRC:], Checksum(b[4:]))
+}
+
+// DecodeTier parses the registry block.
+func DecodeTier(b []byte) ([]TierDevice, error) {
+	if len(b) < BlockSize {
+		return nil, fmt.Errorf("tier registry: %w: short buffer", ErrCorrupt)
+	}
+	b = b[:BlockSize]
+	if got, want := le.Uint32(b[TRCRC:]), Checksum(b[4:]); got != want {
+		return nil, fmt.Errorf("tier registry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	if le.Uint64(b[TRMagic:]) != TierMagic {
+		return nil, fmt.Errorf("tier registry: %w: bad magic", ErrCorrupt)
+	}
+	n := le.Uint32(b[TRCount:])
+	if n > MaxTierDevices {
+		return nil, fmt.Errorf("tier registry: %w: %d devices", ErrCorrupt, n)
+	}
+	devs := make([]TierDevice, n)
+	for i := range devs {
+		e := b[TREntries+i*TierDevSize:]
+		copy(devs[i].UUID[:], e[TDUUID:TDUUID+16])
+		pl := int(le.Uint16(e[TDPathLen:]))
+		if pl > MaxTierPath || devs[i].UUID == [16]byte{} {
+			return nil, fmt.Errorf("tier registry: %w: device %d entry", ErrCorrupt, i+1)
+		}
+		devs[i].Path = string(e[TDPath : TDPath+pl])
+	}
+	return devs, nil
+}
+
+// Device label: the first DevLabelSize bytes of a device's backing file
+// (DIR/dnnfs-tier.dat), on the SSD itself. Data starts at DevDataStart.
+const (
+	DLMagic      = 0  // u64 DevMagic
+	DLVersion    = 8  // u32 Version
+	DLDev        = 12 // u32 DevID in the pool's registry
+	DLPool       = 16 // [16]byte pool UUID
+	DLUUID       = 32 // [16]byte device UUID (= registry entry)
+	DLCRC        = 60 // u32 CRC-32C of [0, 60)
+	DevLabelSize = 64
+	DevDataStart = BlockSize // first byte of shard space in a backing file
+
+	DevMagic uint64 = 0x31445353534E4E44 // "DNNSSSD1"
+)
+
+// DevLabel is a decoded device label.
+type DevLabel struct {
+	Dev  DevID
+	Pool [16]byte
+	UUID [16]byte
+}
+
+// Encode writes the label (DevLabelSize bytes).
+func (l *DevLabel) Encode(b []byte) {
+	b = b[:DevLabelSize]
+	clear(b)
+	le.PutUint64(b[DLMagic:], DevMagic)
+	le.PutUint32(b[DLVersion:], Version)
+	le.PutUint32(b[DLDev:], uint32(l.Dev))
+	copy(b[DLPool:DLPool+16], l.Pool[:])
+	copy(b[DLUUID:DLUUID+16], l.UUID[:])
+	le.PutUint32(b[DLCRC:], Checksum(b[:DLCRC]))
+}
+
+// DecodeDevLabel parses a device label.
+func DecodeDevLabel(b []byte) (DevLabel, error) {
+	var l DevLabel
+	if len(b) < DevLabelSize {
+		return l, fmt.Errorf("device label: %w: short buffer", ErrCorrupt)
+	}
+	if le.Uint64(b[DLMagic:]) != DevMagic {
+		return l, fmt.Errorf("device label: %w", ErrBadMagic)
+	}
+	if got, want := le.Uint32(b[DLCRC:]), Checksum(b[:DLCRC]); got != want {
+		return l, fmt.Errorf("device label: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	if v := le.Uint32(b[DLVersion:]); v != Version {
+		return l, fmt.Errorf("device label: %w %d", ErrBadVersion, v)
+	}
+	d := le.Uint32(b[DLDev:])
+	if d < 1 || d > MaxTierDevices {
+		return l, fmt.Errorf("device label: %w: device id %d", ErrCorrupt, d)
+	}
+	l.Dev = DevID(d)
+	copy(l.Pool[:], b[DLPool:DLPool+16])
+	copy(l.UUID[:], b[DLUUID:DLUUID+16])
+	return l, nil
+}
+
+// Element types of embedding tables.
+const (
+	DtypeF32  uint8 = 1
+	DtypeF16  uint8 = 2
+	DtypeBF16 uint8 = 3
+)
+
+// DtypeSize returns the bytes per value of dt, 0 if dt is unknown.
+func DtypeSize(dt uint8) int {
+	switch dt {
+	case DtypeF32:
+		return 4
+	case DtypeF16, DtypeBF16:
+		return 2
+	}
+	return 0
+}
+
+// Table descriptor: a run of TBBlocks contiguous data blocks at the
+// inode's INTable: a 64-byte header, then one 32-byte shard entry per
+// shard (the translation table: rows -> device, offset). Shard i holds
+// rows [i*ShardRows, min((i+1)*ShardRows, Rows)).
+const (
+	TBCRC       = 0  // u32 CRC-32C of header bytes [4, 64)
+	TBMagic     = 4  // u32 TableMagic
+	TBRows      = 8  // u64 rows
+	TBDim       = 16 // u32 values per row
+	TBDtype     = 20 // u8 DtypeF32/F16/BF16
+	TBShardRows = 24 // u64 rows per shard (the last may hold fewer)
+	TBShards    = 32 // u32 shards = ceil(rows / shard rows)
+	TBBlocks    = 36 // u32 blocks of the descriptor
+	TBHeader    = 64 // first shard entry
+
+	ShardEntrySize = 32
+	SEDev          = 0  // u16 DevID of the primary copy
+	SERDev         = 2  // u16 DevID of the replica, 0 = none
+	SEGen          = 4  // u32 times the shard moved or changed replicas
+	SEOff          = 8  // u64 byte offset of the primary copy in its backing file
+	SEROff         = 16 // u64 byte offset of the replica, 0 = none
+	SECRC          = 28 // u32 CRC-32C of entry bytes [0, 28)
+
+	TableMagic     uint32 = 0x42544E44 // "DNTB"
+	MaxTableShards        = 1 << 20
+	MaxTableDim           = 1 << 16
+	MaxTableRows          = 1 << 40
+	MaxTableBytes         = 1 << 50
+)
+
+// TableHeader is a decoded descriptor header.
+type TableHeader struct {
+	Rows      uint64
+	Dim       uint32
+	Dtype     uint8
+	ShardRows uint64
+	Shards    uint32
+	Blocks    uint32
+}
+
+// RowBytes is the size of one row.
+func (h *TableHeader) RowBytes() uint64 { return uint64(h.Dim) * uint64(DtypeSize(h.Dtype)) }
+
+// Size is the table's file size: Rows * RowBytes.
+func (h *TableHeader) Size() uint64 { return h.Rows * h.RowBytes() }
+
+// ShardRange returns the rows [first, end) of shard i.
+func (h *TableHeader) ShardRange(i int) (first, end uint64) {
+	first = uint64(i) * h.ShardRows
+	return first, min(first+h.ShardRows, h.Rows)
+}
+
+// ShardSpan is the bytes a shard occupies on a device: its rows rounded
+// up to whole blocks, so every shard starts block aligned (O_DIRECT).
+func (h *TableHeader) ShardSpan(i int) uint64 {
+	a, b := h.ShardRange(i)
+	return ((b-a)*h.RowBytes() + BlockSize - 1) / BlockSize * BlockSize
+}
+
+// TableBlocks returns the descriptor size for n shards.
+func TableBlocks(n int) uint32 {
+	return uint32((TBHeader + n*ShardEntrySize + BlockSize - 1) / BlockSize)
+}
+
+// NewTableHeader validates a table's shape and fills in the shard count
+// and descriptor size.
+func NewTableHeader(rows uint64, dim uint32, dtype uint8, shardRows uint64) (TableHeader, error) {
+	h := TableHeader{Rows: rows, Dim: dim, Dtype: dtype, ShardRows: shardRows}
+	switch {
+	case DtypeSize(dtype) == 0:
+		return h, fmt.Errorf("dtype %d: want f32, f16 or bf16", dtype)
+	case rows < 1 || rows > MaxTableRows:
+		return h, fmt.Errorf("rows %d: want 1 .. 2^40", rows)
+	case dim < 1 || dim > MaxTableDim:
+		return h, fmt.Errorf("dim %d: want 1 .. 65536", dim)
+	case h.Size() > MaxTableBytes:
+		return h, fmt.Errorf("%d rows of %d bytes exceed the 2^50-byte file limit", rows, h.RowBytes())
+	case shardRows < 1:
+		return h, fmt.Errorf("shard rows %d", shardRows)
+	}
+	n := (rows + shardRows - 1) / shardRows
+	if n > MaxTableShards {
+		return h, fmt.Errorf("%d shards: more than %d", n, MaxTableShards)
+	}
+	h.Shards = uint32(n)
+	h.Blocks = TableBlocks(int(n))
+	return h, nil
+}
+
+// Encode writes the header (TBHeader bytes) with its checksum.
+func (h *TableHeader) Encode(b []byte) {
+	b = b[:TBHeader]
+	clear(b)
+	le.PutUint32(b[TBMagic:], TableMagic)
+	le.PutUint64(b[TBRows:], h.Rows)
+	le.PutUint32(b[TBDim:], h.Dim)
+	b[TBDtype] = h.Dtype
+	le.PutUint64(b[TBShardRows:], h.ShardRows)
+	le.PutUint32(b[TBShards:], h.Shards)
+	le.PutUint32(b[TBBlocks:], h.Blocks)
+	le.PutUint32(b[TBCRC:], Checksum(b[4:TBHeader]))
+}
+
+// DecodeTableHeader parses and validates a descriptor header.
+func DecodeTableHeader(b []byte) (TableHeader, error) {
+	var h TableHeader
+	if len(b) < TBHeader {
+		return h, fmt.Errorf("table descriptor: %w: short buffer", ErrCorrupt)
+	}
+	if got, want := le.Uint32(b[TBCRC:]), Checksum(b[4:TBHeader]); got != want {
+		return h, fmt.Errorf("table descriptor: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	if le.Uint32(b[TBMagic:]) != TableMagic {
+		return h, fmt.Errorf("table descriptor: %w: bad magic", ErrCorrupt)
+	}
+	want, err := NewTableHeader(le.Uint64(b[TBRows:]), le.Uint32(b[TBDim:]), b[TBDtype], le.Uint64(b[TBShardRows:]))
+	if err != nil {
+		return h, fmt.Errorf("table descriptor: %w: %v", ErrCorrupt, err)
+	}
+	h = want
+	h.Shards, h.Blocks = le.Uint32(b[TBShards:]), le.Uint32(b[TBBlocks:])
+	if h != want {
+		return h, fmt.Errorf("table descriptor: %w: %d shards in %d blocks, want %d in %d", ErrCorrupt, h.Shards, h.Blocks, want.Shards, want.Blocks)
+	}
+	return h, nil
+}
+
+// ShardEntry is one translation-table entry.
+type ShardEntry struct {
+	Dev  DevID
+	RDev DevID
+	Gen  uint32
+	Off  uint64
+	ROff uint64
+}
+
+// Encode writes the entry (ShardEntrySize bytes) with its checksum.
+func (e *ShardEntry) Encode(b []byte) {
+	b = b[:ShardEntrySize]
+	clear(b)
+	le.PutUint16(b[SEDev:], uint16(e.Dev))
+	le.PutUint16(b[SERDev:], uint16(e.RDev))
+	le.PutUint32(b[SEGen:], e.Gen)
+	le.PutUint64(b[SEOff:], e.Off)
+	le.PutUint64(b[SEROff:], e.ROff)
+	le.PutUint32(b[SECRC:], Checksum(b[:SECRC]))
+}
+
+// DecodeShardEntry parses and validates an entry (device ids against the
+// registry size ndev).
+func DecodeShardEntry(b []byte, ndev int) (ShardEntry, error) {
+	var e ShardEntry
+	if len(b) < ShardEntrySize {
+		return e, fmt.Errorf("shard entry: %w: short buffer", ErrCorrupt)
+	}
+	if got, want := le.Uint32(b[SECRC:]), Checksum(b[:SECRC]); got != want {
+		return e, fmt.Errorf("shard entry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+	}
+	e.Dev, e.RDev = DevID(le.Uint16(b[SEDev:])), DevID(le.Uint16(b[SERDev:]))
+	e.Gen = le.Uint32(b[SEGen:])
+	e.Off, e.ROff = le.Uint64(b[SEOff:]), le.Uint64(b[SEROff:])
+	switch {
+	case e.Dev < 1 || int(e.Dev) > ndev:
+		return e, fmt.Errorf("shard entry: %w: device %d (%d registered)", ErrCorrupt, e.Dev, ndev)
+	case e.Off < DevDataStart || e.Off%BlockSize != 0 || e.Off > MaxTableBytes:
+		return e, fmt.Errorf("shard entry: %w: offset %d", ErrCorrupt, e.Off)
+	case e.RDev == 0 && e.ROff != 0:
+		return e, fmt.Errorf("shard entry: %w: replica offset %d without a device", ErrCorrupt, e.ROff)
+	case e.RDev != 0 && (int(e.RDev) > ndev || e.RDev == e.Dev || e.ROff < DevDataStart || e.ROff%BlockSize != 0 || e.ROff > MaxTableBytes):
+		return e, fmt.Errorf("shard entry: %w: replica on device %d at %d", ErrCorrupt, e.RDev, e.ROff)
+	}
+	return e, nil
 }

@@ -28,6 +28,7 @@ var errnos = []struct {
 	{pool.ErrInterrupted, syscall.EINTR},
 	{pool.ErrBusy, syscall.EBUSY},
 	{pool.ErrValueTooBig, syscall.E2BIG},
+	{pool.ErrTable, syscall.EINVAL},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

@@ -319,25 +319,7 @@ func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) 
 		c.putInode(child, *nd)
 		return false
 	}
-	var zero [format.InodeSize]byte
-	c.tx.Write(c.fs.sb.InodeOff(child.Ino), zero[:])
-	c.freeSessionBlocks(child)
-	c.freed = append(c.freed, child.exts...)
-	for _, b := range child.ovf {
-		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
-	}
-	if child.d.Xattr != 0 {
-		c.freed = append(c.freed, format.Extent{Phys: child.d.Xattr, Len: child.xattrBlocks})
-	}
-	fs := c.fs
-	c.after = append(c.after, func() {
-		child.d.Nlink = 0
-		child.exts, child.ovf, child.xattrs = nil, nil, nil
-		fs.imu.Lock()
-		delete(fs.inodes, child.Ino)
-		fs.freeIno = append(fs.freeIno, child.Ino)
-		fs.imu.Unlock()
-	})
+	c.stageFreeInodeLocked(child)
 	return true
 }
 

@@ -80,6 +80,9 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 	if in.IsDir() {
 		return nil, ErrIsDir
 	}
+	if in.IsTable() {
+		return nil, fmt.Errorf("%w: its bytes are read through the SSD tier", ErrTable)
+	}
 	l, err := fs.lockData(c, in, off, int64(max(n, 1)), lock.Shared, false)
 	if err != nil {
 		return nil, err
@@ -185,6 +188,9 @@ func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, er
 func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode bool) (int, error) {
 	if in.IsDir() {
 		return 0, ErrIsDir
+	}
+	if in.IsTable() {
+		return 0, fmt.Errorf("%w: its bytes are written through the SSD tier", ErrTable)
 	}
 	if off < 0 {
 		return 0, ErrInvalid
@@ -344,6 +350,12 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	if t, ok := in.Table(); ok {
+		if size == t.Size() {
+			return nil
+		}
+		return fmt.Errorf("%w: a table's size is rows x dim x dtype size (%d bytes)", ErrTable, t.Size())
+	}
 	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
 	if err != nil {
 		return err
@@ -395,6 +407,9 @@ const (
 // Fallocate allocates (mode 0 or KEEP_SIZE) or punches (PUNCH_HOLE|KEEP_SIZE)
 // [off, off+n).
 func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
+	if in.IsTable() {
+		return fmt.Errorf("%w: fallocate: %w", ErrNotSupp, ErrTable)
+	}
 	if n == 0 || off+n > MaxFileSize || off+n < off {
 		if n == 0 {
 			return ErrInvalid

@@ -26,8 +26,9 @@ type Inode struct {
 	typ  uint32 // file type bits; never change, so read without a lock
 	refs int    // load time only: directory entries naming the inode
 
-	locks lock.File               // data range locks; see the lock order in pool.go
-	sess  atomic.Pointer[session] // open segmented-I/O session, or nil
+	locks lock.File                  // data range locks; see the lock order in pool.go
+	sess  atomic.Pointer[session]    // open segmented-I/O session, or nil
+	table atomic.Pointer[tableState] // embedding table (set once at creation), or nil
 	mu    sync.Mutex
 
 	d           format.Inode    // persistent fields as last committed (times may run ahead, see timesDirty)
@@ -365,6 +366,9 @@ func (fs *FS) load() error {
 		if err := fs.loadExtents(in); err != nil {
 			return fmt.Errorf("inode %d: %w", ino, err)
 		}
+		if err := fs.loadTable(in); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
 		if d.Xattr != 0 {
 			var nb uint64
 			if fs.sb.ValidData(d.Xattr, 1) {
@@ -473,9 +477,20 @@ func (fs *FS) freeInode(in *Inode) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	c := fs.begin()
+	c.stageFreeInodeLocked(in)
+	return c.commit()
+}
+
+// stageFreeInodeLocked stages clearing in's slot and freeing everything
+// it owns: blocks, session logs, table descriptor. The slot is free in
+// DRAM before the blocks are (after funcs run first), so statfs never
+// shows the space back with the inode in use.
+func (c *change) stageFreeInodeLocked(in *Inode) {
+	fs := c.fs
 	var zero [format.InodeSize]byte
 	c.tx.Write(fs.sb.InodeOff(in.Ino), zero[:])
 	c.freeSessionBlocks(in)
+	c.stageFreeTable(in)
 	c.freed = append(c.freed, in.exts...)
 	for _, b := range in.ovf {
 		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
@@ -483,16 +498,14 @@ func (fs *FS) freeInode(in *Inode) error {
 	if in.d.Xattr != 0 {
 		c.freed = append(c.freed, format.Extent{Phys: in.d.Xattr, Len: in.xattrBlocks})
 	}
-	// The slot is free in DRAM before the blocks are (after funcs run
-	// first), so statfs never shows the space back with the inode in use.
 	c.after = append(c.after, func() {
+		in.d.Nlink = 0
 		in.exts, in.ovf, in.xattrs = nil, nil, nil
 		fs.imu.Lock()
 		delete(fs.inodes, in.Ino)
 		fs.freeIno = append(fs.freeIno, in.Ino)
 		fs.imu.Unlock()
 	})
-	return c.commit()
 }
 
 // syncLocked persists DRAM-only times and flushes written data.

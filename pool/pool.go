@@ -86,6 +86,10 @@ type FS struct {
 	tgids        tgidCache
 	tailInterval uint64
 
+	tierMu     sync.Mutex          // leaf: the SSD-tier registry
+	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
+	tableFreed TableFreed          // see SetTableFreed
+
 	closed atomic.Bool
 	// Counters for status.
 	stats Stats
@@ -246,6 +250,9 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		return nil, nil, fmt.Errorf("journal replay: %w; run `dnnfs fsck --pool PATH`", err)
 	}
 	fs.alloc.init(sb.DataStart, sb.Blocks)
+	if err := fs.loadTier(); err != nil {
+		return nil, nil, fmt.Errorf("SSD-tier registry: %w; run `dnnfs fsck --pool PATH`", err)
+	}
 	if err := fs.load(); err != nil {
 		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
 	}

@@ -113,6 +113,9 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	if in.IsTable() {
+		return fmt.Errorf("%w: segmented sessions", ErrTable)
+	}
 	if threads < 1 || threads > format.MaxThreads || size == 0 || size > MaxFileSize ||
 		uint64(threads) > (size+bs-1)/bs || (mode != format.SessionWrite && mode != format.SessionRead) {
 		return ErrInvalid
