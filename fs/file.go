@@ -61,6 +61,9 @@ func (s sliceResult) Done()                           { s.r.Done() }
 func (s sliceResult) Slices() ([][]byte, fuse.Status) { return s.r.Slices, fuse.OK }
 
 func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if n.in.IsTable() {
+		return n.tableRead(dest, off)
+	}
 	r, err := n.p.ReadAs(callerOf(ctx), n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
@@ -69,6 +72,9 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 }
 
 func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if n.in.IsTable() {
+		return n.tableWrite(data, off)
+	}
 	h, _ := fh.(*handle)
 	k, err := n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
 	if err != nil {
@@ -89,6 +95,9 @@ func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, siz
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
 
 func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	if n.in.IsTable() {
+		return n.tableFsync()
+	}
 	return n.fail("fsync", n.p.Fsync(n.in))
 }
 

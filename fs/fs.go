@@ -5,6 +5,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pool"
 )
@@ -22,7 +24,12 @@ type Options struct {
 	// ReadCache lets read-only opens use the kernel page cache
 	// (FOPEN_KEEP_CACHE) instead of direct I/O.
 	ReadCache bool
+	// Tier is the SSD tier for embedding tables; nil without --ssd.
+	Tier *embedding.Tier
 }
+
+// maxWrite is the largest FUSE write (and read) request.
+const maxWrite = 1 << 20
 
 // node is one inode as go-fuse sees it.
 type node struct {
@@ -76,7 +83,7 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 		MountOptions: fuse.MountOptions{
 			FsName:     poolPath,
 			Name:       "dnnfs",
-			MaxWrite:   1 << 20,
+			MaxWrite:   maxWrite,
 			AllowOther: allowOther,
 			// Permission checks by the kernel from our mode bits.
 			Options:       []string{"default_permissions"},
@@ -130,6 +137,11 @@ func callerOf(ctx context.Context) pool.Caller {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	in, err := n.p.Lookup(n.in, name)
+	if errors.Is(err, pool.ErrNotFound) {
+		if ch, ok := n.lookupChild(ctx, name, out); ok {
+			return ch, 0
+		}
+	}
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -265,8 +277,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	v, ok := n.virtualXattr(attr)
-	if !ok && attr == XattrSession {
-		return 0, syscall.ENODATA // no session open
+	if !ok && (attr == XattrSession || attr == XattrTable) {
+		return 0, syscall.ENODATA // no session open, not a table
 	}
 	if !ok {
 		var err error
@@ -281,6 +293,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == XattrTable {
+		return n.setTable(data)
+	}
 	if attr == XattrSession {
 		threads, size, mode, err := parseSession(string(data))
 		if err != nil {
@@ -303,6 +318,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if attr == XattrTable {
+		return syscall.EPERM // a table stays a table; delete the file instead
+	}
 	if attr == XattrSession {
 		return n.fail("abandon session", n.p.AbandonSession(n.in))
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/units"
 
@@ -125,10 +126,17 @@ type StatusJSON struct {
 	LockMode string            `json:"lock_mode"`
 	Counters map[string]uint64 `json:"counters"`
 	Files    []LocksJSON       `json:"files"` // files with lock activity
+	// Embedding is the SSD tier (scheduler classes, devices, moves);
+	// absent without --ssd.
+	Embedding *embedding.Status `json:"embedding,omitempty"`
 }
 
-func statusJSON(p *pool.FS) StatusJSON {
+func statusJSON(p *pool.FS, t *embedding.Tier) StatusJSON {
 	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}}
+	if t != nil {
+		st := t.Status()
+		s.Embedding = &st
+	}
 	for _, in := range p.Inodes() {
 		if in.IsDir() {
 			continue
@@ -148,7 +156,9 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 	case name == XattrLocks && !n.in.IsDir():
 		v = locksJSON(n.p, n.in)
 	case name == XattrStatus && n.in.Ino == n.p.Root().Ino:
-		v = statusJSON(n.p)
+		v = statusJSON(n.p, n.opts.Tier)
+	case name == XattrTable:
+		return n.tableXattr()
 	case name == XattrSession && !n.in.IsDir():
 		info, ok := n.p.Session(n.in)
 		if !ok {

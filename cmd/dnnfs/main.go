@@ -44,12 +44,13 @@ var commands = map[string]struct {
 	"status":  {runStatus, "lock queues, waits and counters of a mounted pool: MOUNTPOINT [--json]"},
 	"version": {runVersion, "print the version"},
 	"cp":      {runCp, "copy a file onto a mount through a resumable segmented session: [--threads N] SRC DST"},
+	"table":   {runTable, "make or describe an embedding table on a mount with --ssd: create PATH --rows R --dim D --dtype f32|f16|bf16 | info PATH"},
 	"recover": {runRecover, "list (and --finish/--abandon) sessions left open in an unmounted pool: --pool PATH [--json]"},
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: dnnfs COMMAND [flags]\n\ncommands:")
-	for _, name := range []string{"mkfs", "mount", "fsck", "status", "cp", "recover", "version"} {
+	for _, name := range []string{"mkfs", "mount", "fsck", "status", "cp", "recover", "table", "version"} {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", name, commands[name].help)
 	}
 	fmt.Fprintln(os.Stderr, "\nrun 'dnnfs COMMAND --help' for a command's flags")

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/pool"
@@ -73,6 +74,13 @@ func runMount(args []string) error {
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
+	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
+	schedFlag := fl.String("sched", "size", "embedding read scheduler: size (a queue per size class, round-robin) or fifo (one queue)")
+	classes := fl.String("classes", "128,512", "size-class thresholds in rows: SMALL,MEDIUM (classes <=SMALL, <=MEDIUM, larger)")
+	maxPiece := fl.String("max-piece", "128KiB", "largest single loader transfer (a large request is split into pieces of at most this)")
+	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
+	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
+	migrate := fl.Duration("migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -89,6 +97,34 @@ func runMount(args []string) error {
 	ti, err := parseSize(*tailInterval)
 	if err != nil {
 		return usageError{"--tail-interval: " + err.Error()}
+	}
+	tierOpts := embedding.Options{Migrate: *migrate}
+	for _, s := range *ssd {
+		spec, err := embedding.ParseDeviceSpec(s)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		tierOpts.Devices = append(tierOpts.Devices, spec)
+	}
+	if tierOpts.Sched.Mode, err = embedding.ParseSchedMode(*schedFlag); err != nil {
+		return usageError{err.Error()}
+	}
+	if tierOpts.Sched.Small, tierOpts.Sched.Medium, err = embedding.ParseClasses(*classes); err != nil {
+		return usageError{err.Error()}
+	}
+	mp, err := parseSize(*maxPiece)
+	if err != nil || mp < 4096 || mp%4096 != 0 || mp > 16<<20 {
+		return usageError{fmt.Sprintf("--max-piece %q: want a multiple of 4KiB up to 16MiB", *maxPiece)}
+	}
+	tierOpts.Sched.MaxPiece = int(mp)
+	if tierOpts.Placement, err = embedding.ParseWeights(*placement); err != nil {
+		return usageError{err.Error()}
+	}
+	if tierOpts.ShardBytes, err = parseSize(*shardSize); err != nil || tierOpts.ShardBytes < 4096 {
+		return usageError{fmt.Sprintf("--shard-size %q: want a size of at least 4KiB", *shardSize)}
+	}
+	if *migrate < 0 {
+		return usageError{"--migrate-interval must not be negative"}
 	}
 	log, err := newLogger(*level, *logFormat)
 	if err != nil {
@@ -139,7 +175,25 @@ func runMount(args []string) error {
 			zap.Int("orphans_freed", rep.OrphansFreed), zap.Int("sessions_resumable", rep.SessionsOpen),
 			zap.Int("sessions_closed", rep.SessionsClosed))
 	}
-	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache})
+	var tier *embedding.Tier
+	if len(tierOpts.Devices) > 0 {
+		tierOpts.Log = log
+		if tier, err = embedding.Open(p, tierOpts); err != nil {
+			p.Close()
+			return err
+		}
+	} else if ts := p.Tables(); len(ts) > 0 {
+		log.Warn("the pool has embedding tables but no --ssd was given: their reads and writes fail until you remount with --ssd",
+			zap.Int("tables", len(ts)))
+	}
+	closeTier := func() {
+		if tier != nil {
+			if err := tier.Close(); err != nil {
+				log.Error("closing the SSD tier", zap.Error(err))
+			}
+		}
+	}
+	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, Tier: tier})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
@@ -150,6 +204,7 @@ func runMount(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	server, err := gofs.Mount(mnt, root, opts)
 	if err != nil {
+		closeTier()
 		p.Close()
 		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, err)
 	}
@@ -178,6 +233,7 @@ func runMount(args []string) error {
 		}
 	}()
 	server.Wait()
+	closeTier()
 	if err := p.Close(); err != nil {
 		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))
 		return fmt.Errorf("closing %s: %w", *poolPath, err)

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
 )
 
@@ -58,5 +59,31 @@ func runStatus(args []string) error {
 		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\n", f.Ino, len(f.Run), len(f.Wait), f.Stats.Acquired,
 			f.Stats.Waits, time.Duration(f.Stats.WaitNanos).Round(time.Microsecond), f.Stats.MaxWrites, f.Stats.Interrupted)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if e := st.Embedding; e != nil {
+		printEmbedding(e)
+	}
+	return nil
+}
+
+// printEmbedding prints the SSD tier: size classes, devices, moves.
+func printEmbedding(e *embedding.Status) {
+	fmt.Printf("\nSSD tier: scheduler %s, max piece %d bytes, %d tables, %d shards, %d replicas, %d moves, %d replications\n",
+		e.Sched, e.MaxPiece, e.Tables, e.Shards, e.Replicas, e.Moves, e.Replications)
+	fmt.Printf("  backing bytes read per useful byte: %.2f\n", e.ReadAmplification)
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nCLASS\tQUEUED\tIN-FLIGHT\tREQUESTS\tFAILED\tQUEUE p50/p99/p99.9 us\tSERVICE p50/p99/p99.9 us")
+	for _, c := range e.Classes {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f/%.0f/%.0f\n", c.Name, c.QueuedPieces, c.InFlight, c.Requests, c.Failed,
+			c.Queue.P50, c.Queue.P99, c.Queue.P999, c.Service.P50, c.Service.P99, c.Service.P999)
+	}
+	fmt.Fprintln(w, "\nDEVICE\tDIR\tMODEL\tLOADERS\tQUEUED s/m/l\tREAD MiB\tWRITE MiB\tERRORS\tPIECE p50/p99 us\tUSED/CAP GiB\tSHARDS\tMOVES-IN")
+	for _, d := range e.Devices {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d/%d/%d\t%.1f\t%.1f\t%d\t%.0f/%.0f\t%.2f/%.2f\t%d\t%d\n", d.ID, d.Dir, d.Model, d.Channels,
+			d.Queued[0], d.Queued[1], d.Queued[2], float64(d.ReadBytes)/(1<<20), float64(d.WriteBytes)/(1<<20), d.Errors,
+			d.Latency.P50, d.Latency.P99, float64(d.Space.Used)/(1<<30), float64(d.Space.Capacity)/(1<<30), d.Shards, d.Moves)
+	}
+	w.Flush()
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	dfs "github.com/dnnfs/dnnfs/fs"
+)
+
+// runTable: dnnfs table create PATH --rows R --dim D --dtype f32|f16|bf16 [--shard SIZE]
+//
+//	dnnfs table info PATH
+func runTable(args []string) error {
+	if len(args) < 1 || (args[0] != "create" && args[0] != "info") {
+		return usageError{"want 'table create PATH --rows R --dim D --dtype f32|f16|bf16 [--shard SIZE]' or 'table info PATH'"}
+	}
+	sub := args[0]
+	fl := newFlags("table " + sub)
+	rows := fl.Uint64("rows", 0, "rows of the table (create)")
+	dim := fl.Uint32("dim", 0, "values per row (create)")
+	dtype := fl.String("dtype", "f32", "element type: f32, f16 or bf16 (create)")
+	shard := fl.String("shard", "", "target shard size, e.g. 4MiB (create; default: the mount's --shard-size)")
+	if err := parse(fl, args[1:]); err != nil {
+		return err
+	}
+	if fl.NArg() != 1 {
+		return usageError{"want exactly one PATH argument"}
+	}
+	path := fl.Arg(0)
+	if sub == "info" {
+		buf := make([]byte, 4096)
+		n, err := unix.Getxattr(path, dfs.XattrTable, buf)
+		if errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("%s is not an embedding table", path)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v (is it on a dnnfs mount?)", path, err)
+		}
+		fmt.Println(string(buf[:n]))
+		return nil
+	}
+	if *rows == 0 || *dim == 0 {
+		return usageError{"--rows and --dim are required"}
+	}
+	v := fmt.Sprintf("rows=%d,dim=%d,dtype=%s", *rows, *dim, *dtype)
+	if *shard != "" {
+		v += ",shard=" + *shard
+	}
+	if _, err := dfs.ParseTableSpec(v); err != nil {
+		return usageError{err.Error()}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: %v (a table is made from a new file)", path, unwrapPathErr(err))
+	}
+	f.Close()
+	if err := unix.Setxattr(path, dfs.XattrTable, []byte(v), 0); err != nil {
+		os.Remove(path)
+		switch {
+		case errors.Is(err, unix.EOPNOTSUPP):
+			return fmt.Errorf("%s: the mount has no SSD tier (mount with --ssd DIR)", path)
+		case errors.Is(err, unix.ENOSPC):
+			return fmt.Errorf("%s: no SSD-tier device has room for the table", path)
+		}
+		return fmt.Errorf("%s: creating the table: %v (see the daemon log)", path, err)
+	}
+	fmt.Printf("%s: %s\n", path, v)
+	return nil
+}

@@ -1,0 +1,440 @@
+package embedding
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/units"
+)
+
+// BackingName is the backing file in each SSD-tier directory.
+const BackingName = "dnnfs-tier.dat"
+
+// Model emulates a distinct SSD on shared hardware: bandwidth (bytes/s;
+// 0 = as fast as the file), latency per request, loaders (channels) and
+// capacity (0 = what the directory's file system has free at mount).
+type Model struct {
+	BW       float64
+	Lat      time.Duration
+	Channels int
+	Cap      int64
+}
+
+// DeviceSpec is one --ssd argument: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB].
+type DeviceSpec struct {
+	Dir   string
+	Model Model
+}
+
+// DefaultChannels is the loaders per device when the spec names none.
+const DefaultChannels = 4
+
+// ParseDeviceSpec reads DIR[:key=value,...].
+func ParseDeviceSpec(s string) (DeviceSpec, error) {
+	spec := DeviceSpec{Dir: s, Model: Model{Channels: DefaultChannels}}
+	if i := strings.LastIndex(s, ":"); i >= 0 && strings.Contains(s[i+1:], "=") {
+		spec.Dir = s[:i]
+		for _, kv := range strings.Split(s[i+1:], ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok {
+				return spec, fmt.Errorf("--ssd %s: %q is not key=value", s, kv)
+			}
+			switch k {
+			case "bw":
+				n, err := units.ParseSize(strings.TrimSuffix(v, "/s"))
+				if err != nil || n <= 0 {
+					return spec, fmt.Errorf("--ssd %s: bw=%q: want a rate like 800MiB/s", s, v)
+				}
+				spec.Model.BW = float64(n)
+			case "lat":
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return spec, fmt.Errorf("--ssd %s: lat=%q: want a duration like 90us", s, v)
+				}
+				spec.Model.Lat = d
+			case "channels":
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 256 {
+					return spec, fmt.Errorf("--ssd %s: channels=%q: want 1 .. 256", s, v)
+				}
+				spec.Model.Channels = n
+			case "cap":
+				n, err := units.ParseSize(v)
+				if err != nil || n < format.BlockSize {
+					return spec, fmt.Errorf("--ssd %s: cap=%q: want a size like 64GiB", s, v)
+				}
+				spec.Model.Cap = n
+			default:
+				return spec, fmt.Errorf("--ssd %s: unknown key %q (want bw, lat, channels, cap)", s, k)
+			}
+		}
+	}
+	if spec.Dir == "" {
+		return spec, fmt.Errorf("--ssd %q: no directory", s)
+	}
+	return spec, nil
+}
+
+// backing is a device's backing file as the loaders see it; tests wrap it
+// to inject faults (EIO, short transfers, stalls).
+type backing interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	Sync() error
+}
+
+// fileBacking reads and writes with pread/pwrite; through an O_DIRECT
+// descriptor when offset, length and buffer are block aligned (no page
+// cache: the SSD's own latency and bandwidth), else the buffered one. The
+// kernel keeps the two coherent (direct reads flush dirty pages first).
+type fileBacking struct {
+	f, direct *os.File
+}
+
+func aligned(p []byte, off int64) bool {
+	return off%format.BlockSize == 0 && len(p)%format.BlockSize == 0 && len(p) > 0 &&
+		uintptr(unsafe.Pointer(&p[0]))%format.BlockSize == 0
+}
+
+func (b *fileBacking) ReadAt(p []byte, off int64) (int, error) {
+	if b.direct != nil && aligned(p, off) {
+		return b.direct.ReadAt(p, off)
+	}
+	return b.f.ReadAt(p, off)
+}
+
+func (b *fileBacking) WriteAt(p []byte, off int64) (int, error) {
+	if b.direct != nil && aligned(p, off) {
+		return b.direct.WriteAt(p, off)
+	}
+	return b.f.WriteAt(p, off)
+}
+
+func (b *fileBacking) Sync() error { return unix.Fdatasync(int(b.f.Fd())) }
+
+// alignedBuf returns n bytes (rounded up to blocks) at a block-aligned
+// address, for O_DIRECT.
+func alignedBuf(n int) []byte {
+	n = (n + format.BlockSize - 1) / format.BlockSize * format.BlockSize
+	raw := make([]byte, n+format.BlockSize)
+	skip := (format.BlockSize - int(uintptr(unsafe.Pointer(&raw[0]))%format.BlockSize)) % format.BlockSize
+	return raw[skip : skip+n : skip+n]
+}
+
+// Device is one SSD-tier device: its backing file, shard space, class
+// queues and loaders.
+type Device struct {
+	ID    format.DevID
+	Dir   string
+	UUID  [16]byte
+	model Model
+	file  *os.File
+	io    backing
+	space *spaceMap
+
+	// Throttle state of the device model: the transfer timeline.
+	tmu       sync.Mutex
+	busyUntil time.Time
+
+	qmu     sync.Mutex
+	qcond   *sync.Cond
+	queues  [maxClasses][]*piece
+	queued  int
+	rr      int
+	closing bool
+	loaders sync.WaitGroup
+
+	dirty    atomic.Bool // written since the last Sync
+	inflight atomic.Int64
+
+	// Counters.
+	readBytes, writeBytes atomic.Uint64
+	reads, writes, errors atomic.Uint64
+	windowBytes           atomic.Uint64 // read bytes since the migrator's last look
+	lat                   hist          // per piece: queue + service
+	svc                   hist          // per piece: service only
+	moves                 atomic.Uint64
+}
+
+// openDevice opens (creating if needed) DIR's backing file and returns its
+// label, or a zero label with fresh=true for a new file.
+func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
+	var zero format.DevLabel
+	st, err := os.Stat(spec.Dir)
+	if err != nil {
+		return nil, zero, false, fmt.Errorf("SSD directory %s: %w", spec.Dir, unwrapPath(err))
+	}
+	if !st.IsDir() {
+		return nil, zero, false, fmt.Errorf("SSD directory %s is not a directory", spec.Dir)
+	}
+	dir, _ := filepath.Abs(spec.Dir)
+	path := filepath.Join(dir, BackingName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, zero, false, fmt.Errorf("SSD backing file %s: %w", path, unwrapPath(err))
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, zero, false, fmt.Errorf("SSD backing file %s is in use by another dnnfs daemon", path)
+	}
+	d := &Device{Dir: dir, model: spec.Model, file: f}
+	fb := &fileBacking{f: f}
+	if df, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0); err == nil {
+		fb.direct = df
+	}
+	d.io = fb
+	d.qcond = sync.NewCond(&d.qmu)
+	capacity := spec.Model.Cap
+	if capacity == 0 {
+		var sfs unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &sfs); err == nil {
+			capacity = int64(sfs.Bavail) * sfs.Bsize
+		}
+		fi, _ := f.Stat()
+		if fi != nil {
+			capacity += fi.Size() // what we already hold is ours
+		}
+	}
+	capacity = capacity / format.BlockSize * format.BlockSize
+	d.space = newSpaceMap(capacity, max(capacity/16, 64<<20))
+	d.space.punch = func(off, n int64) error {
+		return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	}
+	d.space.shrink = func(size int64) error { return f.Truncate(size) }
+	buf := make([]byte, format.DevLabelSize)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 {
+		return d, zero, true, nil
+	}
+	if n < format.DevLabelSize {
+		d.close()
+		return nil, zero, false, fmt.Errorf("SSD backing file %s: %d bytes, too short for a label: not a dnnfs SSD-tier file (move it away)", path, n)
+	}
+	l, err := format.DecodeDevLabel(buf)
+	if err != nil {
+		d.close()
+		return nil, zero, false, fmt.Errorf("SSD backing file %s: %w", path, err)
+	}
+	return d, l, false, nil
+}
+
+// writeLabel writes and syncs the device label.
+func (d *Device) writeLabel(l format.DevLabel) error {
+	buf := make([]byte, format.BlockSize)
+	l.Encode(buf)
+	if _, err := d.file.WriteAt(buf, 0); err != nil {
+		return err
+	}
+	return d.file.Sync()
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// start runs the loaders.
+func (d *Device) start() {
+	for i := 0; i < d.model.Channels; i++ {
+		d.loaders.Add(1)
+		go d.loader()
+	}
+}
+
+// close stops the loaders (after the queued pieces) and closes the files.
+func (d *Device) close() {
+	d.qmu.Lock()
+	d.closing = true
+	d.qcond.Broadcast()
+	d.qmu.Unlock()
+	d.loaders.Wait()
+	if fb, ok := d.io.(*fileBacking); ok && fb.direct != nil {
+		fb.direct.Close()
+	}
+	d.file.Close()
+}
+
+// enqueue adds pieces to the device's class queue.
+func (d *Device) enqueue(class int, ps ...*piece) {
+	d.qmu.Lock()
+	d.queues[class] = append(d.queues[class], ps...)
+	d.queued += len(ps)
+	d.qmu.Unlock()
+	for range ps {
+		d.qcond.Signal()
+	}
+}
+
+// next takes the next piece: round-robin over the non-empty class queues,
+// FIFO within each (the manager's rule, SEEDS.md §2).
+func (d *Device) next() *piece {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	for d.queued == 0 {
+		if d.closing {
+			return nil
+		}
+		d.qcond.Wait()
+	}
+	for i := 0; i < maxClasses; i++ {
+		c := (d.rr + i) % maxClasses
+		if q := d.queues[c]; len(q) > 0 {
+			p := q[0]
+			q[0] = nil
+			d.queues[c] = q[1:]
+			d.queued--
+			d.rr = (c + 1) % maxClasses
+			return p
+		}
+	}
+	panic("embedding: queued count disagrees with the queues")
+}
+
+// queueLen is the pieces waiting (for replica choice and status).
+func (d *Device) queueLen() int {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	return d.queued
+}
+
+func (d *Device) classDepths() [maxClasses]int {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	var n [maxClasses]int
+	for i, q := range d.queues {
+		n[i] = len(q)
+	}
+	return n
+}
+
+func (d *Device) loader() {
+	defer d.loaders.Done()
+	for {
+		p := d.next()
+		if p == nil {
+			return
+		}
+		d.serve(p)
+	}
+}
+
+// serve does one piece's I/O under the device model.
+func (d *Device) serve(p *piece) {
+	start := time.Now()
+	d.inflight.Add(1)
+	p.req.started(start)
+	deadline := d.reserve(start, len(p.buf))
+	var err error
+	var n int
+	if p.write {
+		n, err = d.io.WriteAt(p.buf, p.off)
+		if err == nil && n < len(p.buf) {
+			err = fmt.Errorf("short write: %d of %d bytes", n, len(p.buf))
+		}
+		d.dirty.Store(true)
+	} else {
+		n, err = d.io.ReadAt(p.buf, p.off)
+		switch {
+		case n == len(p.buf):
+			err = nil // io.EOF with a full buffer is fine
+		case errors.Is(err, io.EOF):
+			// Past the end of the backing file: space never written
+			// reads as zeros, like a hole.
+			clear(p.buf[n:])
+			err = nil
+		case err == nil:
+			err = fmt.Errorf("short read: %d of %d bytes", n, len(p.buf))
+		}
+	}
+	if d := time.Until(deadline); d > 0 {
+		sleep(d)
+	}
+	end := time.Now()
+	d.inflight.Add(-1)
+	if err != nil {
+		d.errors.Add(1)
+		err = &IOError{Dev: d.ID, Dir: d.Dir, Off: p.off, Len: len(p.buf), Write: p.write, Err: err}
+	}
+	if p.write {
+		d.writes.Add(1)
+		d.writeBytes.Add(uint64(len(p.buf)))
+	} else {
+		d.reads.Add(1)
+		d.readBytes.Add(uint64(len(p.buf)))
+		d.windowBytes.Add(uint64(len(p.buf)))
+	}
+	d.svc.add(end.Sub(start))
+	d.lat.add(end.Sub(p.enq))
+	p.done(err)
+}
+
+// reserve books the transfer on the device model's timeline and returns
+// when the piece may complete: latency overlaps across channels, the
+// transfer shares the device's bandwidth.
+func (d *Device) reserve(now time.Time, n int) time.Time {
+	if d.model.BW == 0 && d.model.Lat == 0 {
+		return time.Time{}
+	}
+	done := now.Add(d.model.Lat)
+	if d.model.BW > 0 {
+		d.tmu.Lock()
+		s := now
+		if d.busyUntil.After(s) {
+			s = d.busyUntil
+		}
+		d.busyUntil = s.Add(time.Duration(float64(n) / d.model.BW * 1e9))
+		if d.busyUntil.After(done) {
+			done = d.busyUntil
+		}
+		d.tmu.Unlock()
+	}
+	return done
+}
+
+// sleep blocks the loader's thread with nanosleep: the Go timer wheel
+// rounds short sleeps up to about a millisecond on this kind of VM,
+// nanosleep to about 100 µs.
+func sleep(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	for {
+		err := unix.Nanosleep(&ts, &ts)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// IOError is a failed loader transfer: which device, file and range.
+type IOError struct {
+	Dev   format.DevID
+	Dir   string
+	Off   int64
+	Len   int
+	Write bool
+	Err   error
+}
+
+func (e *IOError) Error() string {
+	op := "read"
+	if e.Write {
+		op = "write"
+	}
+	return fmt.Sprintf("SSD device %d (%s/%s): %s of %d bytes at offset %d: %v", e.Dev, e.Dir, BackingName, op, e.Len, e.Off, e.Err)
+}
+
+func (e *IOError) Unwrap() error { return e.Err }

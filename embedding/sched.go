@@ -1,0 +1,207 @@
+package embedding
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxClasses is the number of size classes (queues per device).
+const maxClasses = 3
+
+// SchedMode picks the queueing discipline.
+type SchedMode int
+
+const (
+	// SizeAware: one queue per size class, round-robin (SEEDS.md §2).
+	SizeAware SchedMode = iota
+	// FIFO: one queue for everything, same loaders (the baseline).
+	FIFO
+)
+
+func (m SchedMode) String() string {
+	if m == FIFO {
+		return "fifo"
+	}
+	return "size"
+}
+
+// SchedConfig configures the scheduler.
+type SchedConfig struct {
+	Mode SchedMode
+	// Small and Medium are the class thresholds in rows: a request of
+	// rows <= Small is class 0, <= Medium class 1, else class 2.
+	Small, Medium int
+	// MaxPiece bounds one loader transfer (bytes, a multiple of 4096), so
+	// a large request never holds a loader for long.
+	MaxPiece int
+}
+
+// DefaultSched is the default configuration.
+var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiece: 128 << 10}
+
+// ParseSchedMode reads "size" or "fifo".
+func ParseSchedMode(s string) (SchedMode, error) {
+	switch s {
+	case "size", "size-aware":
+		return SizeAware, nil
+	case "fifo":
+		return FIFO, nil
+	}
+	return 0, fmt.Errorf("--sched %q: want size or fifo", s)
+}
+
+// ParseClasses reads the class thresholds "128,512".
+func ParseClasses(s string) (small, medium int, err error) {
+	a, b, ok := strings.Cut(s, ",")
+	if ok {
+		small, err = strconv.Atoi(strings.TrimSpace(a))
+		if err == nil {
+			medium, err = strconv.Atoi(strings.TrimSpace(b))
+		}
+	}
+	if !ok || err != nil || small < 1 || medium <= small {
+		return 0, 0, fmt.Errorf("--classes %q: want two row thresholds SMALL,MEDIUM with 1 <= SMALL < MEDIUM, e.g. 128,512", s)
+	}
+	return small, medium, nil
+}
+
+func (c *SchedConfig) class(rows int) int {
+	switch {
+	case rows <= c.Small:
+		return 0
+	case rows <= c.Medium:
+		return 1
+	}
+	return 2
+}
+
+func (c *SchedConfig) className(i int) string {
+	switch i {
+	case 0:
+		return fmt.Sprintf("small (<=%d rows)", c.Small)
+	case 1:
+		return fmt.Sprintf("medium (%d-%d rows)", c.Small+1, c.Medium)
+	}
+	return fmt.Sprintf("large (>%d rows)", c.Medium)
+}
+
+// classStats are per size class (also in FIFO mode, where they share one
+// queue), for status and benchmarks.
+type classStats struct {
+	requests, rows, bytes, failed atomic.Uint64
+	waiting                       atomic.Int64 // requests none of whose pieces started
+	inflight                      atomic.Int64
+	queue, service, total         hist
+}
+
+// scheduler turns requests into pieces on device queues.
+type scheduler struct {
+	cfg     SchedConfig
+	classes [maxClasses]classStats
+}
+
+// request is one scheduled read or write: pieces on one or more devices.
+type request struct {
+	s       *scheduler
+	class   int // size class (statistics)
+	queue   int // device queue: the class, or 0 in FIFO mode
+	enq     time.Time
+	pending atomic.Int32
+	first   atomic.Int64 // unix ns the first piece started, 0 = none yet
+	mu      sync.Mutex
+	err     error
+	onDone  func(error)
+}
+
+// piece is one device transfer of a request.
+type piece struct {
+	req   *request
+	dev   *Device
+	off   int64 // in the backing file
+	buf   []byte
+	write bool
+	enq   time.Time
+	after func() // on success, before the request may complete (scatter)
+}
+
+func (s *scheduler) newRequest(rows, bytes int, onDone func(error)) *request {
+	r := &request{s: s, class: s.cfg.class(rows), enq: time.Now(), onDone: onDone}
+	if s.cfg.Mode == SizeAware {
+		r.queue = r.class
+	}
+	cs := &s.classes[r.class]
+	cs.requests.Add(1)
+	cs.rows.Add(uint64(rows))
+	cs.bytes.Add(uint64(bytes))
+	cs.waiting.Add(1)
+	cs.inflight.Add(1)
+	return r
+}
+
+// dispatch queues the request's pieces on their devices; a request with
+// none completes at once.
+func (s *scheduler) dispatch(r *request, ps []*piece) {
+	if len(ps) == 0 {
+		r.started(time.Now())
+		r.finish()
+		return
+	}
+	r.pending.Store(int32(len(ps)))
+	// Group per device so each device's queue lock is taken once.
+	byDev := map[*Device][]*piece{}
+	var order []*Device
+	for _, p := range ps {
+		p.req, p.enq = r, r.enq
+		if _, ok := byDev[p.dev]; !ok {
+			order = append(order, p.dev)
+		}
+		byDev[p.dev] = append(byDev[p.dev], p)
+	}
+	for _, d := range order {
+		d.enqueue(r.queue, byDev[d]...)
+	}
+}
+
+func (r *request) started(t time.Time) {
+	if r.first.CompareAndSwap(0, t.UnixNano()) {
+		cs := &r.s.classes[r.class]
+		cs.waiting.Add(-1)
+		cs.queue.add(t.Sub(r.enq))
+	}
+}
+
+func (p *piece) done(err error) {
+	if err == nil && p.after != nil {
+		p.after()
+	}
+	r := p.req
+	if err != nil {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	if r.pending.Add(-1) == 0 {
+		r.finish()
+	}
+}
+
+func (r *request) finish() {
+	now := time.Now()
+	cs := &r.s.classes[r.class]
+	cs.inflight.Add(-1)
+	cs.total.add(now.Sub(r.enq))
+	cs.service.add(now.Sub(time.Unix(0, r.first.Load())))
+	r.mu.Lock()
+	err := r.err
+	r.mu.Unlock()
+	if err != nil {
+		cs.failed.Add(1)
+	}
+	r.onDone(err)
+}

@@ -1,0 +1,188 @@
+package embedding
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+// location is one version of a shard's translation entry. Readers pin it
+// (refs) for the life of their pieces; a move publishes a new location and
+// frees the old space only once the old one's pins are gone.
+type location struct {
+	e    format.ShardEntry
+	refs atomic.Int64
+}
+
+type shard struct {
+	cur   atomic.Pointer[location]
+	wgate sync.RWMutex  // writers shared; a move of this shard exclusive
+	heat  atomic.Uint64 // bytes read since the migrator's last look
+}
+
+// Table is the DRAM state of one embedding table.
+type Table struct {
+	tier     *Tier
+	in       *pool.Inode
+	hdr      format.TableHeader
+	rowBytes int64
+	shards   []shard
+}
+
+// Header returns the table's shape.
+func (t *Table) Header() format.TableHeader { return t.hdr }
+
+// pin returns shard i's current location, pinned.
+func (t *Table) pin(i int) *location {
+	sh := &t.shards[i]
+	for {
+		l := sh.cur.Load()
+		l.refs.Add(1)
+		if sh.cur.Load() == l {
+			return l
+		}
+		l.refs.Add(-1)
+	}
+}
+
+// readCopy picks the copy of a pinned location to read: the device with
+// the shorter queue when the shard is replicated.
+func (t *Table) readCopy(l *location) (*Device, int64) {
+	d := t.tier.dev(l.e.Dev)
+	if l.e.RDev != 0 {
+		if r := t.tier.dev(l.e.RDev); r != nil && (d == nil || r.queueLen() < d.queueLen()) {
+			return r, int64(l.e.ROff)
+		}
+	}
+	return d, int64(l.e.Off)
+}
+
+// shardOf returns the shard of table byte offset off and that shard's
+// first byte.
+func (t *Table) shardOf(off int64) (int, int64) {
+	i := int(uint64(off) / t.rowBytes64() / t.hdr.ShardRows)
+	return i, int64(uint64(i) * t.hdr.ShardRows * uint64(t.rowBytes))
+}
+
+func (t *Table) rowBytes64() uint64 { return uint64(t.rowBytes) }
+
+// span is a byte range of one shard copy.
+type span struct {
+	shard  int
+	tabOff int64 // table byte offset of the range
+	n      int
+}
+
+// spans cuts [off, off+n) at shard boundaries.
+func (t *Table) spans(off int64, n int) []span {
+	var out []span
+	for n > 0 {
+		i, base := t.shardOf(off)
+		shardBytes := int64(t.hdr.ShardRows) * t.rowBytes
+		k := int(min(int64(n), base+shardBytes-off))
+		out = append(out, span{shard: i, tabOff: off, n: k})
+		off += int64(k)
+		n -= k
+	}
+	return out
+}
+
+// ReadAt reads table bytes [off, off+len(p)) through the scheduler (one
+// request, pieces per device) and waits for them.
+func (t *Table) ReadAt(p []byte, off int64) (int, error) {
+	size := int64(t.hdr.Size())
+	if off >= size || len(p) == 0 {
+		return 0, nil
+	}
+	n := int(min(int64(len(p)), size-off))
+	p = p[:n]
+	rows := int((int64(n) + t.rowBytes - 1) / t.rowBytes)
+	var pieces []*piece
+	var pins []*location
+	maxPiece := int64(t.tier.sched.cfg.MaxPiece)
+	for _, s := range t.spans(off, n) {
+		l := t.pin(s.shard)
+		pins = append(pins, l)
+		t.shards[s.shard].heat.Add(uint64(s.n))
+		d, devBase := t.readCopy(l)
+		_, base := t.shardOf(s.tabOff)
+		devOff := devBase + (s.tabOff - base)
+		// Read the block-aligned cover (O_DIRECT) in pieces of at most
+		// MaxPiece; each copies its overlap out.
+		a := devOff / format.BlockSize * format.BlockSize
+		b := (devOff + int64(s.n) + format.BlockSize - 1) / format.BlockSize * format.BlockSize
+		for pa := a; pa < b; pa += maxPiece {
+			pb := min(b, pa+maxPiece)
+			buf := alignedBuf(int(pb - pa))
+			lo, hi := max(pa, devOff), min(pb, devOff+int64(s.n))
+			dst := p[s.tabOff-off+(lo-devOff) : s.tabOff-off+(hi-devOff)]
+			src := buf[lo-pa : hi-pa]
+			pieces = append(pieces, &piece{dev: d, off: pa, buf: buf, after: func() { copy(dst, src) }})
+		}
+	}
+	t.tier.useful.Add(uint64(n))
+	err := t.tier.run(rows, n, pieces)
+	for _, l := range pins {
+		l.refs.Add(-1)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// WriteAt writes table bytes through the loaders, to every copy of each
+// shard touched, and waits.
+func (t *Table) WriteAt(p []byte, off int64) (int, error) {
+	size := int64(t.hdr.Size())
+	if off >= size {
+		return 0, ErrPastEnd
+	}
+	n := int(min(int64(len(p)), size-off))
+	p = p[:n]
+	rows := int((int64(n) + t.rowBytes - 1) / t.rowBytes)
+	var pieces []*piece
+	held := map[int]bool{}
+	maxPiece := t.tier.sched.cfg.MaxPiece
+	for _, s := range t.spans(off, n) {
+		if !held[s.shard] {
+			t.shards[s.shard].wgate.RLock()
+			held[s.shard] = true
+		}
+		// Under the write gate no move happens: the current location is
+		// stable until the gate is released.
+		l := t.shards[s.shard].cur.Load()
+		_, base := t.shardOf(s.tabOff)
+		src := p[s.tabOff-off : s.tabOff-off+int64(s.n)]
+		copies := []struct {
+			id  format.DevID
+			off uint64
+		}{{l.e.Dev, l.e.Off}, {l.e.RDev, l.e.ROff}}
+		for _, c := range copies {
+			if c.id == 0 {
+				continue
+			}
+			d := t.tier.dev(c.id)
+			devOff := int64(c.off) + (s.tabOff - base)
+			for k := 0; k < len(src); k += maxPiece {
+				chunk := src[k:min(len(src), k+maxPiece)]
+				if devOff%format.BlockSize == 0 && len(chunk)%format.BlockSize == 0 {
+					ab := alignedBuf(len(chunk))
+					copy(ab, chunk)
+					chunk = ab
+				}
+				pieces = append(pieces, &piece{dev: d, off: devOff + int64(k), buf: chunk, write: true})
+			}
+		}
+	}
+	err := t.tier.run(rows, n, pieces)
+	for i := range held {
+		t.shards[i].wgate.RUnlock()
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

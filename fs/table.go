@@ -1,0 +1,381 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/embedding"
+	"github.com/dnnfs/dnnfs/internal/units"
+	"github.com/dnnfs/dnnfs/pool"
+)
+
+// Embedding tables through the mount: a table file's reads and writes go
+// to the SSD tier's scheduler; TABLE.lookup is its request file.
+
+const (
+	// XattrTable: set 'rows=R,dim=D,dtype=f32|f16|bf16[,shard=SIZE]' on
+	// an empty file to make it a table; read it back with the shard
+	// layout.
+	XattrTable = "user.dnnfs.table"
+	// LookupSuffix names a table's request file: TABLE + LookupSuffix.
+	LookupSuffix = ".lookup"
+	// lookupInoBit marks the inode numbers of request files (pool inode
+	// numbers stay far below it).
+	lookupInoBit = 1 << 62
+	// maxInFlight bounds the requests a handle may have in flight.
+	maxInFlight = 4096
+)
+
+// TableSpec is a parsed user.dnnfs.table value.
+type TableSpec struct {
+	Rows       uint64
+	Dim        uint32
+	Dtype      uint8
+	ShardBytes int64
+}
+
+// ParseTableSpec reads 'rows=R,dim=D,dtype=f32|f16|bf16[,shard=SIZE]'.
+func ParseTableSpec(v string) (TableSpec, error) {
+	var s TableSpec
+	for _, kv := range strings.Split(strings.TrimSpace(v), ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return s, fmt.Errorf("%q is not key=value", kv)
+		}
+		var err error
+		switch k {
+		case "rows":
+			s.Rows, err = strconv.ParseUint(val, 10, 64)
+		case "dim":
+			var d uint64
+			d, err = strconv.ParseUint(val, 10, 32)
+			s.Dim = uint32(d)
+		case "dtype":
+			s.Dtype, err = embedding.ParseDtype(val)
+		case "shard":
+			s.ShardBytes, err = units.ParseSize(val)
+		case "shard_rows", "shards", "row_bytes":
+			// Informational keys of the value read back; ignored.
+		default:
+			return s, fmt.Errorf("unknown key %q (want rows, dim, dtype, shard)", k)
+		}
+		if err != nil {
+			return s, fmt.Errorf("%s=%q: %v", k, val, err)
+		}
+	}
+	if s.Rows == 0 || s.Dim == 0 || s.Dtype == 0 {
+		return s, fmt.Errorf("rows, dim and dtype are required")
+	}
+	return s, nil
+}
+
+func (n *node) tier() *embedding.Tier { return n.opts.Tier }
+
+// table returns the DRAM table for a table inode.
+func (n *node) table() (*embedding.Table, syscall.Errno) {
+	if n.tier() == nil {
+		return nil, syscall.EIO
+	}
+	tb, ok := n.tier().Table(n.in)
+	if !ok {
+		n.opts.Log.Error("table inode has no SSD-tier state", zap.Uint64("ino", uint64(n.in.Ino)))
+		return nil, syscall.EIO
+	}
+	return tb, 0
+}
+
+func (n *node) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	tb, e := n.table()
+	if e != 0 {
+		return nil, e
+	}
+	k, err := tb.ReadAt(dest, off)
+	if err != nil {
+		n.opts.Log.Error("embedding table read failed", zap.Uint64("ino", uint64(n.in.Ino)), zap.Int64("offset", off),
+			zap.Int("bytes", len(dest)), zap.Error(err))
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (n *node) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
+	tb, e := n.table()
+	if e != 0 {
+		return 0, e
+	}
+	k, err := tb.WriteAt(data, off)
+	if err != nil {
+		if errors.Is(err, embedding.ErrPastEnd) {
+			return 0, syscall.EFBIG
+		}
+		n.opts.Log.Error("embedding table write failed", zap.Uint64("ino", uint64(n.in.Ino)), zap.Int64("offset", off),
+			zap.Int("bytes", len(data)), zap.Error(err))
+		return 0, syscall.EIO
+	}
+	return uint32(k), 0
+}
+
+func (n *node) tableFsync() syscall.Errno {
+	if n.tier() == nil {
+		return syscall.EIO
+	}
+	if err := n.tier().Sync(); err != nil {
+		n.opts.Log.Error("embedding table fsync failed", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+		return syscall.EIO
+	}
+	return 0
+}
+
+// setTable handles setxattr user.dnnfs.table.
+func (n *node) setTable(value []byte) syscall.Errno {
+	spec, err := ParseTableSpec(string(value))
+	if err != nil {
+		n.opts.Log.Warn("bad table request", zap.Uint64("ino", uint64(n.in.Ino)), zap.String("value", string(value)), zap.Error(err))
+		return syscall.EINVAL
+	}
+	if n.tier() == nil {
+		n.opts.Log.Warn("embedding table requested but the mount has no SSD tier; remount with --ssd DIR",
+			zap.Uint64("ino", uint64(n.in.Ino)))
+		return syscall.EOPNOTSUPP
+	}
+	if n.in.IsTable() {
+		return syscall.EEXIST
+	}
+	err = n.tier().CreateTable(n.in, spec.Rows, spec.Dim, spec.Dtype, spec.ShardBytes)
+	switch {
+	case err == nil:
+		go n.NotifyContent(0, 0) // the size changed behind the attribute cache
+		return 0
+	case errors.Is(err, embedding.ErrNoSpace):
+		n.opts.Log.Warn("no room for the table on the SSD tier", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+		return syscall.ENOSPC
+	case errors.Is(err, embedding.ErrNoTier):
+		return syscall.EOPNOTSUPP
+	}
+	if e := errno(err); e != syscall.EIO {
+		n.opts.Log.Warn("table not created", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+		return e
+	}
+	return n.fail("create table", err)
+}
+
+// tableXattr is the value read back from user.dnnfs.table.
+func (n *node) tableXattr() ([]byte, bool) {
+	h, ok := n.in.Table()
+	if !ok {
+		return nil, false
+	}
+	return []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=%s,shard_rows=%d,shards=%d,row_bytes=%d",
+		h.Rows, h.Dim, embedding.DtypeName(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
+}
+
+// ---------------------------------------------------------------------
+// Request files
+
+// lookupNode is TABLE.lookup: not a pool inode, not listed by readdir.
+type lookupNode struct {
+	gofs.Inode
+	dir   *node
+	table *pool.Inode
+}
+
+var (
+	_ = (gofs.NodeOpener)((*lookupNode)(nil))
+	_ = (gofs.NodeGetattrer)((*lookupNode)(nil))
+	_ = (gofs.NodeSetattrer)((*lookupNode)(nil))
+	_ = (gofs.NodeReader)((*lookupNode)(nil))
+	_ = (gofs.NodeWriter)((*lookupNode)(nil))
+	_ = (gofs.NodeReleaser)((*lookupNode)(nil))
+	_ = (gofs.NodeFsyncer)((*lookupNode)(nil))
+)
+
+// lookupChild resolves NAME.lookup next to a table NAME.
+func (n *node) lookupChild(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, bool) {
+	base, ok := strings.CutSuffix(name, LookupSuffix)
+	if !ok || base == "" || n.tier() == nil {
+		return nil, false
+	}
+	in, err := n.p.Lookup(n.in, base)
+	if err != nil || !in.IsTable() {
+		return nil, false
+	}
+	ln := &lookupNode{dir: n, table: in}
+	ln.fill(&out.Attr)
+	a := in.Attr()
+	return n.NewInode(ctx, ln, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(in.Ino) | lookupInoBit, Gen: a.Gen}), true
+}
+
+func (l *lookupNode) fill(out *fuse.Attr) {
+	a := l.table.Attr()
+	out.Ino = uint64(a.Ino) | lookupInoBit
+	out.Mode = syscall.S_IFREG | a.Mode&0o666
+	out.Nlink = 1
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Blksize = 4096
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+func (l *lookupNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	l.fill(&out.Attr)
+	return 0
+}
+
+// Setattr accepts (and ignores) the size change of open(O_TRUNC).
+func (l *lookupNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	l.fill(&out.Attr)
+	return 0
+}
+
+func (l *lookupNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+// lookupHandle is one open request file: the request being reassembled,
+// completed results in completion order, and per-thread partial reads.
+type lookupHandle struct {
+	tb       *embedding.Table
+	log      *zap.Logger
+	nonblock bool
+
+	mu       sync.Mutex
+	ready    chan struct{} // closed and replaced when a result arrives
+	results  [][]byte
+	inflight int
+	drain    map[uint32][]byte // TID -> rest of a result being read
+	asm      []byte            // request being reassembled from write chunks
+}
+
+func (l *lookupNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	t := l.dir.tier()
+	if t == nil {
+		return nil, 0, syscall.ENOENT
+	}
+	tb, ok := t.Table(l.table)
+	if !ok {
+		return nil, 0, syscall.ENOENT // the table is gone
+	}
+	// The handle keeps the table open: it is not freed under lookups.
+	l.dir.p.Opened(l.table)
+	h := &lookupHandle{tb: tb, log: l.dir.opts.Log, nonblock: flags&syscall.O_NONBLOCK != 0,
+		ready: make(chan struct{}), drain: map[uint32][]byte{}}
+	return h, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_STREAM | fuse.FOPEN_NONSEEKABLE, 0
+}
+
+func (l *lookupNode) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if err := l.dir.p.Released(l.table); err != nil {
+		l.dir.opts.Log.Error("release of a table failed", zap.Uint64("ino", uint64(l.table.Ino)), zap.Error(err))
+	}
+	return 0
+}
+
+// Write takes one request per write() call. The kernel splits a call
+// larger than the mount's max write into chunks at increasing offsets
+// (offset 0 first): they are reassembled here.
+func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	h := fh.(*lookupHandle)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bad := func(err error) (uint32, syscall.Errno) {
+		h.asm = nil
+		h.log.Warn("bad embedding lookup request", zap.Uint64("table_ino", uint64(l.table.Ino)), zap.Error(err))
+		return 0, syscall.EINVAL
+	}
+	switch {
+	case off == 0:
+		if h.asm != nil {
+			h.log.Warn("incomplete lookup request dropped: a new one started", zap.Uint64("table_ino", uint64(l.table.Ino)),
+				zap.Int("bytes_received", len(h.asm)))
+		}
+		h.asm = append([]byte(nil), data...)
+	case h.asm != nil && off == int64(len(h.asm)):
+		h.asm = append(h.asm, data...)
+	default:
+		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
+	}
+	last := len(data) < maxWrite // a full chunk may be followed by more
+	total := embedding.RequestLength(h.asm)
+	switch {
+	case total == 0 && last:
+		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(h.asm), embedding.ReqHeader)})
+	case total == 0:
+		return uint32(len(data)), 0
+	case uint64(len(h.asm)) > total:
+		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d", len(h.asm), total)})
+	case uint64(len(h.asm)) < total && last:
+		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d (truncated buffer?)", len(h.asm), total)})
+	case uint64(len(h.asm)) < total:
+		return uint32(len(data)), 0
+	}
+	req, err := embedding.ParseLookup(h.asm, h.tb.Header())
+	h.asm = nil
+	if err != nil {
+		return bad(err)
+	}
+	if h.inflight >= maxInFlight {
+		h.log.Warn("too many lookups in flight on one handle; read results first", zap.Int("in_flight", h.inflight))
+		return 0, syscall.EAGAIN
+	}
+	h.inflight++
+	h.tb.Lookup(req, h.complete)
+	return uint32(len(data)), 0
+}
+
+func (h *lookupHandle) complete(res []byte) {
+	h.mu.Lock()
+	h.results = append(h.results, res)
+	h.inflight--
+	close(h.ready)
+	h.ready = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// Read returns the rest of this thread's partly read result, else the
+// next completed one (waiting for it), else 0 bytes if none is in flight.
+func (l *lookupNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h := fh.(*lookupHandle)
+	tid := callerOf(ctx).TID
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	res, ok := h.drain[tid]
+	if ok {
+		delete(h.drain, tid)
+	} else {
+		if off != 0 {
+			return fuse.ReadResultData(nil), 0 // the end of one read() call's result
+		}
+		for len(h.results) == 0 {
+			if h.inflight == 0 {
+				return fuse.ReadResultData(nil), 0
+			}
+			if h.nonblock {
+				return nil, syscall.EAGAIN
+			}
+			ready := h.ready
+			h.mu.Unlock()
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				h.mu.Lock()
+				return nil, syscall.EINTR
+			}
+			h.mu.Lock()
+		}
+		res = h.results[0]
+		h.results[0] = nil
+		h.results = h.results[1:]
+	}
+	k := copy(dest, res)
+	if k < len(res) {
+		h.drain[tid] = res[k:]
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
