@@ -166,6 +166,8 @@ type Device struct {
 	lat                   hist          // per piece: queue + service
 	svc                   hist          // per piece: service only
 	moves                 atomic.Uint64
+
+	trace func(p *piece) // tests: called as a loader takes a piece
 }
 
 // openDevice opens (creating if needed) DIR's backing file and returns its
@@ -335,6 +337,9 @@ func (d *Device) loader() {
 
 // serve does one piece's I/O under the device model.
 func (d *Device) serve(p *piece) {
+	if d.trace != nil {
+		d.trace(p)
+	}
 	start := time.Now()
 	d.inflight.Add(1)
 	p.req.started(start)

@@ -39,8 +39,9 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("lookup request: field %s: %s", e.Field, e.Msg)
 }
 
-// ErrInvalid is the sentinel FieldErrors match (errors.Is).
-var ErrInvalid = errors.New("invalid lookup request")
+// ErrInvalid: a malformed lookup request (FieldErrors match it) or a bad
+// migration request.
+var ErrInvalid = errors.New("invalid request")
 
 func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 

@@ -17,9 +17,10 @@ type location struct {
 }
 
 type shard struct {
-	cur   atomic.Pointer[location]
-	wgate sync.RWMutex  // writers shared; a move of this shard exclusive
-	heat  atomic.Uint64 // bytes read since the migrator's last look
+	cur    atomic.Pointer[location]
+	wgate  sync.RWMutex  // writers shared; a move of this shard exclusive
+	heat   atomic.Uint64 // bytes read since the migrator's last look
+	moving atomic.Bool   // a move or replica change is under way
 }
 
 // Table is the DRAM state of one embedding table.
@@ -29,6 +30,31 @@ type Table struct {
 	hdr      format.TableHeader
 	rowBytes int64
 	shards   []shard
+}
+
+// ShardInfo describes one shard's current locations (user.dnnfs.shards).
+type ShardInfo struct {
+	Shard      int    `json:"shard"`
+	FirstRow   uint64 `json:"first_row"`
+	EndRow     uint64 `json:"end_row"` // exclusive
+	Dev        uint16 `json:"device"`
+	Off        uint64 `json:"offset"`
+	ReplicaDev uint16 `json:"replica_device,omitempty"`
+	ReplicaOff uint64 `json:"replica_offset,omitempty"`
+	Gen        uint32 `json:"generation"`
+	Moving     bool   `json:"moving,omitempty"`
+}
+
+// Shards lists the translation table as readers currently see it.
+func (t *Table) Shards() []ShardInfo {
+	out := make([]ShardInfo, len(t.shards))
+	for i := range t.shards {
+		e := t.shards[i].cur.Load().e
+		a, b := t.hdr.ShardRange(i)
+		out[i] = ShardInfo{Shard: i, FirstRow: a, EndRow: b, Dev: uint16(e.Dev), Off: e.Off,
+			ReplicaDev: uint16(e.RDev), ReplicaOff: e.ROff, Gen: e.Gen, Moving: t.shards[i].moving.Load()}
+	}
+	return out
 }
 
 // Header returns the table's shape.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -306,7 +307,7 @@ func (t *Tier) CreateTable(in *pool.Inode, rows uint64, dim uint32, dtype uint8,
 	}
 	for i := range es {
 		span := int64(hdr.ShardSpan(i))
-		d, off, ok := t.place(span, counts, i, 0)
+		d, off, ok := t.place(span, counts, i)
 		if !ok {
 			undo(i)
 			return fmt.Errorf("%w: shard %d of %d needs %d bytes", ErrNoSpace, i, len(es), span)
@@ -326,8 +327,9 @@ func (t *Tier) CreateTable(in *pool.Inode, rows uint64, dim uint32, dtype uint8,
 
 // place picks a device for span bytes by the weighted score of SEEDS.md
 // §3 and reserves the space there (best fit). counts are the table's
-// shards per device so far (placed of them); exclude skips a device.
-func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclude format.DevID) (*Device, int64, bool) {
+// shards per device so far (placed of them); devices in exclude are
+// skipped.
+func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclude ...format.DevID) (*Device, int64, bool) {
 	ds := t.attached()
 	var maxFree, maxBW float64
 	for _, d := range ds {
@@ -340,7 +342,7 @@ func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclud
 	}
 	var cs []cand
 	for _, d := range ds {
-		if d.ID == exclude || d.space.freeBytes() < span {
+		if slices.Contains(exclude, d.ID) || d.space.freeBytes() < span {
 			continue
 		}
 		bw := 1.0

@@ -293,8 +293,11 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if attr == XattrTable {
+	switch attr {
+	case XattrTable:
 		return n.setTable(data)
+	case XattrMigrate:
+		return n.migrate(data)
 	}
 	if attr == XattrSession {
 		threads, size, mode, err := parseSession(string(data))

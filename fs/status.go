@@ -159,6 +159,12 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 		v = statusJSON(n.p, n.opts.Tier)
 	case name == XattrTable:
 		return n.tableXattr()
+	case name == XattrShards && n.in.IsTable() && n.opts.Tier != nil:
+		tb, ok := n.opts.Tier.Table(n.in)
+		if !ok {
+			return nil, false
+		}
+		v = tb.Shards()
 	case name == XattrSession && !n.in.IsDir():
 		info, ok := n.p.Session(n.in)
 		if !ok {

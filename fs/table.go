@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/embedding"
+	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/units"
 	"github.com/dnnfs/dnnfs/pool"
 )
@@ -26,6 +27,12 @@ const (
 	// an empty file to make it a table; read it back with the shard
 	// layout.
 	XattrTable = "user.dnnfs.table"
+	// XattrShards (read-only) on a table: its translation table as JSON.
+	XattrShards = "user.dnnfs.shards"
+	// XattrMigrate (write-only) on a table: 'shard=I,to=DEV' moves a
+	// shard, 'shard=I,replicate=DEV' adds a replica, 'shard=I,drop-replica'
+	// removes it; DEV 0 lets placement choose. Returns when done.
+	XattrMigrate = "user.dnnfs.migrate"
 	// LookupSuffix names a table's request file: TABLE + LookupSuffix.
 	LookupSuffix = ".lookup"
 	// lookupInoBit marks the inode numbers of request files (pool inode
@@ -176,6 +183,65 @@ func (n *node) tableXattr() ([]byte, bool) {
 	}
 	return []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=%s,shard_rows=%d,shards=%d,row_bytes=%d",
 		h.Rows, h.Dim, embedding.DtypeName(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
+}
+
+// migrate handles setxattr user.dnnfs.migrate.
+func (n *node) migrate(value []byte) syscall.Errno {
+	tb, e := n.table()
+	if e != 0 {
+		if n.tier() == nil || !n.in.IsTable() {
+			return syscall.EINVAL
+		}
+		return e
+	}
+	shard, dev := -1, -1
+	var replicate, drop bool
+	for _, kv := range strings.Split(strings.TrimSpace(string(value)), ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		var err error
+		switch k {
+		case "shard":
+			shard, err = strconv.Atoi(v)
+		case "to":
+			dev, err = strconv.Atoi(v)
+		case "replicate":
+			dev, err = strconv.Atoi(v)
+			replicate = true
+		case "drop-replica":
+			drop = true
+		default:
+			err = fmt.Errorf("unknown key %q", k)
+		}
+		if err != nil || (dev > 0xffff) {
+			n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica",
+				zap.String("value", string(value)), zap.Error(err))
+			return syscall.EINVAL
+		}
+	}
+	if shard < 0 || (dev < 0) == !drop {
+		n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica", zap.String("value", string(value)))
+		return syscall.EINVAL
+	}
+	var err error
+	if drop {
+		err = n.tier().DropReplica(tb, shard)
+	} else {
+		err = n.tier().MoveShard(tb, shard, format.DevID(dev), replicate)
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, embedding.ErrInvalid):
+		n.opts.Log.Warn("migrate request refused", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+		return syscall.EINVAL
+	case errors.Is(err, embedding.ErrNoSpace):
+		n.opts.Log.Warn("migrate request refused", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
+		return syscall.ENOSPC
+	case errors.Is(err, embedding.ErrMoving):
+		return syscall.EBUSY
+	}
+	n.opts.Log.Error("shard move failed; the shard stays where it was", zap.Uint64("ino", uint64(n.in.Ino)), zap.Int("shard", shard), zap.Error(err))
+	return syscall.EIO
 }
 
 // ---------------------------------------------------------------------
