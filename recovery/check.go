@@ -30,17 +30,21 @@ const maxFileBlocks = (1 << 50) / format.BlockSize
 
 // Repair phases, applied lowest first with a re-check in between.
 const (
-	phaseInode = 1 + iota
+	phaseTier = 1 + iota // direct superblock stores
+	phaseInode
 	phaseEntry
 	phaseLink
 	phaseCount
 )
 
-// fix is one atomic repair: its records go into one transaction.
+// fix is one atomic repair: its records go into one transaction. A
+// direct fix instead stores into the superblocks itself (they lie outside
+// what a transaction may target).
 type fix struct {
-	phase int
-	what  string // for errors
-	build func() (recs []rec, lines []string, err error)
+	phase  int
+	what   string // for errors
+	build  func() (recs []rec, lines []string, err error)
+	direct func(m pmem.Medium) (lines []string, err error)
 }
 
 // inode is a live inode: it decodes, its extents are valid and its blocks
@@ -115,6 +119,9 @@ type analysis struct {
 	badBy  map[format.Ino][]*entry
 	claims []claim
 	toLink []*inode
+
+	tierDevs int  // devices the SSD-tier registry lists
+	tierBad  bool // the superblock names a registry that is damaged or shared
 }
 
 func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
@@ -138,6 +145,8 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 
 	a.scanInodes()
 	a.claimBlocks()
+	a.checkTier()
+	a.checkTables()
 	a.checkXattrs()
 	a.checkSessions()
 	a.checkRoot()
@@ -313,6 +322,9 @@ func (a *analysis) tryClaim(ino format.Ino, cs []claim) string {
 		for k := uint64(0); k < c.n; k++ {
 			if b := c.phys + format.Blk(k); a.used.get(b) {
 				o := a.owner(b)
+				if o.ino == 0 {
+					return fmt.Sprintf("%s overlaps the %s", c, o)
+				}
 				return fmt.Sprintf("%s overlaps inode %d's %s", c, o.ino, o)
 			}
 		}
@@ -381,7 +393,7 @@ func (a *analysis) checkSessions() {
 			continue
 		}
 		a.inodeProblem(in, why+"; Repair abandons the session (the file's data is kept, its resume points are lost)")
-		clear(in.d.Session[:])
+		clear(sessionArea(&in.d))
 		a.rewrite(in, "abandoned its segmented-I/O session ("+why+")")
 	}
 }
@@ -389,9 +401,9 @@ func (a *analysis) checkSessions() {
 func (a *analysis) checkSession(in *inode) string {
 	d := &in.d
 	procs, fflag, flog, size, mode := d.SessionFields()
-	rest := d.Session[format.INSessionMode+4-format.INSession:]
+	rest := sessionArea(d)[format.INSessionMode+4-format.INSession:]
 	switch {
-	case isZero(d.Session[:]):
+	case isZero(sessionArea(d)):
 		return ""
 	case d.IsDir():
 		return "a directory has segmented-I/O session fields"
@@ -536,7 +548,7 @@ func (a *analysis) checkFields() {
 			d.Mode &^= extra
 			a.rewrite(in, fmt.Sprintf("cleared mode bits %#o", extra))
 		}
-		if extra := d.Flags &^ format.InodeOrphan; extra != 0 {
+		if extra := d.Flags &^ format.InodeFlagsKnown; extra != 0 {
 			a.inodeProblem(in, fmt.Sprintf("unknown flags %#x; Repair clears them", extra))
 			d.Flags &^= extra
 			a.rewrite(in, fmt.Sprintf("cleared unknown flags %#x", extra))

@@ -106,6 +106,22 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		mustV[int](t)(fs.WriteAs(pool.Caller{TID: 8}, s3, 0, pattern(format.BlockSize, 3), false))
 		must(t, fs.Truncate(s3, format.BlockSize))
 	})
+	var tab *pool.Inode
+	step("register SSD-tier device", func() {
+		mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
+	})
+	step("register second device", func() {
+		mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
+	})
+	step("create table", func() {
+		tab = makeTable(t, fs, "tab", 1000, 16, format.DtypeF32, 300,
+			[]format.ShardEntry{{Dev: 1, Off: 4096}, {Dev: 2, Off: 4096}, {Dev: 1, Off: 1 << 20}, {Dev: 2, Off: 1 << 20}})
+		makeTable(t, fs, "tab2", 10, 4, format.DtypeBF16, 10, []format.ShardEntry{{Dev: 2, Off: 2 << 20}})
+	})
+	step("move shard", func() {
+		must(t, fs.SetShard(tab, 2, format.ShardEntry{Dev: 2, Off: 3 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
+	})
+	step("unlink table", func() { must(t, fs.Unlink(root, "tab")) })
 	step("unmount", func() { must(t, fs.Close()) })
 
 	n := rec.Fences()
@@ -173,6 +189,9 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 	}
 	if owned != 2 {
 		t.Errorf("the open session's F_log and P_log are not claimed (%d claims)", owned)
+	}
+	if an.rep.Tables != 1 || an.rep.TierDevices != 2 {
+		t.Errorf("the last image has %d tables and %d SSD-tier devices, want 1 and 2", an.rep.Tables, an.rep.TierDevices)
 	}
 	if pending == 0 {
 		t.Error("no crash image had a committed transaction pending")

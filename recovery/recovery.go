@@ -11,14 +11,18 @@
 // is safe on a read-only or private mapping and on a live copy alike.
 //
 // Repair changes the pool only through journal transactions (except the
-// superblock copy and the journal header itself, which lie outside what a
+// superblocks and the journal header itself, which lie outside what a
 // transaction may target), in small atomic units, so a crash during repair
 // leaves a pool that the next Repair continues from. It fixes problems in
 // phases, re-checking between them:
 //
 //	phase   fixes
+//	tier    a damaged or shared SSD-tier registry (the superblocks' pointer
+//	        is zeroed, primary then replica)
 //	inode   damaged inodes (cleared, with the entries naming them), the root,
-//	        bad fields (mode, flags, directory size, holes), bad xattr blocks
+//	        bad fields (mode, flags, directory size, holes), bad xattr blocks,
+//	        damaged sessions, damaged or overlapping embedding tables
+//	        (cleared to empty files), table sizes
 //	entry   damaged or dangling directory entries, duplicate names, second
 //	        parents, wrong entry types
 //	link    unreachable inodes, linked into /lost+found as "#<ino>"
@@ -38,7 +42,8 @@ import (
 // Problem is one inconsistency Check found.
 type Problem struct {
 	// Structure names what is wrong: "superblock primary (block 0)",
-	// "journal (block 2)", "inode table", "inode", "directory".
+	// "journal (block 2)", "inode table", "inode", "directory",
+	// "SSD-tier registry".
 	Structure string
 	// Ino is the inode concerned (the directory for "directory"), 0 if none.
 	Ino format.Ino
@@ -73,8 +78,12 @@ type Report struct {
 	Problems []Problem
 	// Live inodes (orphans included) by type.
 	Inodes, Dirs, Files, Symlinks int
+	// Embedding tables kept (their descriptors decode and no two of their
+	// shard copies overlap) and the devices the SSD-tier registry lists.
+	Tables, TierDevices int
 	// Data blocks owned by live inodes (extents, overflow and xattr
-	// blocks) and the rest of the data region.
+	// blocks, session logs, table descriptors) or by the SSD-tier
+	// registry, and the rest of the data region.
 	UsedBlocks, FreeBlocks uint64
 	// JournalPending: a committed transaction was waiting for replay; Check
 	// looked at the pool as it is after the replay (without writing it).
@@ -153,7 +162,7 @@ func Repair(m pmem.Medium) (*Report, error) {
 				fixes = append(fixes, f)
 			}
 		}
-		lines, err := apply(j, fixes)
+		lines, err := apply(m, j, fixes)
 		done = append(done, lines...)
 		if err != nil {
 			return &Report{Repaired: done}, err
@@ -175,11 +184,20 @@ func Repair(m pmem.Medium) (*Report, error) {
 
 // apply commits the fixes, packing whole fixes into transactions that fit
 // the journal: each fix is atomic, a crash between two leaves a pool the
-// next Repair continues from.
-func apply(j *journal.Journal, fixes []*fix) ([]string, error) {
+// next Repair continues from. Direct fixes (a phase of their own) store
+// when they are reached.
+func apply(m pmem.Medium, j *journal.Journal, fixes []*fix) ([]string, error) {
 	var done []string
 	tx := j.Begin()
 	for _, f := range fixes {
+		if f.direct != nil {
+			lines, err := f.direct(m)
+			if err != nil {
+				return done, fmt.Errorf("repair: %s: %w", f.what, err)
+			}
+			done = append(done, lines...)
+			continue
+		}
 		recs, lines, err := f.build()
 		if err != nil {
 			return done, fmt.Errorf("repair: %s: %w", f.what, err)
