@@ -23,13 +23,16 @@ import (
 const BackingName = "dnnfs-tier.dat"
 
 // Model emulates a distinct SSD on shared hardware: bandwidth (bytes/s;
-// 0 = as fast as the file), latency per request, loaders (channels) and
-// capacity (0 = what the directory's file system has free at mount).
+// 0 = as fast as the file), latency per request, loaders (channels),
+// capacity (0 = what the directory's file system has free at mount) and
+// sector, the unit of a read (0 = the file system's O_DIRECT alignment,
+// else 4096): a row costs the sectors it touches.
 type Model struct {
 	BW       float64
 	Lat      time.Duration
 	Channels int
 	Cap      int64
+	Sector   int64
 }
 
 // DeviceSpec is one --ssd argument: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB].
@@ -41,7 +44,7 @@ type DeviceSpec struct {
 // DefaultChannels is the loaders per device when the spec names none.
 const DefaultChannels = 4
 
-// ParseDeviceSpec reads DIR[:key=value,...].
+// ParseDeviceSpec reads DIR[:bw=RATE,lat=DUR,channels=N,cap=SIZE,sector=SIZE].
 func ParseDeviceSpec(s string) (DeviceSpec, error) {
 	spec := DeviceSpec{Dir: s, Model: Model{Channels: DefaultChannels}}
 	if i := strings.LastIndex(s, ":"); i >= 0 && strings.Contains(s[i+1:], "=") {
@@ -70,6 +73,12 @@ func ParseDeviceSpec(s string) (DeviceSpec, error) {
 					return spec, fmt.Errorf("--ssd %s: channels=%q: want 1 .. 256", s, v)
 				}
 				spec.Model.Channels = n
+			case "sector":
+				n, err := units.ParseSize(v)
+				if err != nil || n < 512 || n > format.BlockSize || n&(n-1) != 0 {
+					return spec, fmt.Errorf("--ssd %s: sector=%q: want a power of two from 512 to 4096", s, v)
+				}
+				spec.Model.Sector = n
 			case "cap":
 				n, err := units.ParseSize(v)
 				if err != nil || n < format.BlockSize {
@@ -77,7 +86,7 @@ func ParseDeviceSpec(s string) (DeviceSpec, error) {
 				}
 				spec.Model.Cap = n
 			default:
-				return spec, fmt.Errorf("--ssd %s: unknown key %q (want bw, lat, channels, cap)", s, k)
+				return spec, fmt.Errorf("--ssd %s: unknown key %q (want bw, lat, channels, cap, sector)", s, k)
 			}
 		}
 	}
@@ -96,28 +105,42 @@ type backing interface {
 }
 
 // fileBacking reads and writes with pread/pwrite; through an O_DIRECT
-// descriptor when offset, length and buffer are block aligned (no page
-// cache: the SSD's own latency and bandwidth), else the buffered one. The
-// kernel keeps the two coherent (direct reads flush dirty pages first).
+// descriptor when offset, length and buffer meet the file system's
+// direct-I/O alignment (no page cache: the SSD's own latency and
+// bandwidth), else the buffered one. The kernel keeps the two coherent
+// (direct reads flush dirty pages first). A file system that refuses a
+// direct transfer (EINVAL) is read buffered from then on.
 type fileBacking struct {
-	f, direct *os.File
+	f        *os.File
+	direct   atomic.Pointer[os.File] // nil once the file system refused a direct transfer
+	dfile    *os.File                // the O_DIRECT descriptor, for close
+	dioAlign int64                   // offset and length alignment of O_DIRECT
+	memAlign uintptr
 }
 
-func aligned(p []byte, off int64) bool {
-	return off%format.BlockSize == 0 && len(p)%format.BlockSize == 0 && len(p) > 0 &&
-		uintptr(unsafe.Pointer(&p[0]))%format.BlockSize == 0
+func (b *fileBacking) aligned(p []byte, off int64) bool {
+	return off%b.dioAlign == 0 && int64(len(p))%b.dioAlign == 0 && len(p) > 0 &&
+		uintptr(unsafe.Pointer(&p[0]))%b.memAlign == 0
 }
 
 func (b *fileBacking) ReadAt(p []byte, off int64) (int, error) {
-	if b.direct != nil && aligned(p, off) {
-		return b.direct.ReadAt(p, off)
+	if d := b.direct.Load(); d != nil && b.aligned(p, off) {
+		n, err := d.ReadAt(p, off)
+		if !errors.Is(err, unix.EINVAL) {
+			return n, err
+		}
+		b.direct.Store(nil)
 	}
 	return b.f.ReadAt(p, off)
 }
 
 func (b *fileBacking) WriteAt(p []byte, off int64) (int, error) {
-	if b.direct != nil && aligned(p, off) {
-		return b.direct.WriteAt(p, off)
+	if d := b.direct.Load(); d != nil && b.aligned(p, off) {
+		n, err := d.WriteAt(p, off)
+		if !errors.Is(err, unix.EINVAL) {
+			return n, err
+		}
+		b.direct.Store(nil)
 	}
 	return b.f.WriteAt(p, off)
 }
@@ -133,16 +156,35 @@ func alignedBuf(n int) []byte {
 	return raw[skip : skip+n : skip+n]
 }
 
+// carve gives the read pieces their buffers (sizes are multiples of the
+// block size) as slices of one aligned allocation: one allocation per
+// request instead of one per piece.
+func carve(ps []*piece) {
+	total := 0
+	for _, p := range ps {
+		total += p.size
+	}
+	if total == 0 {
+		return
+	}
+	all := alignedBuf(total)
+	for _, p := range ps {
+		n := p.size
+		p.buf, all = all[:n:n], all[n:]
+	}
+}
+
 // Device is one SSD-tier device: its backing file, shard space, class
 // queues and loaders.
 type Device struct {
-	ID    format.DevID
-	Dir   string
-	UUID  [16]byte
-	model Model
-	file  *os.File
-	io    backing
-	space *spaceMap
+	ID     format.DevID
+	Dir    string
+	UUID   [16]byte
+	model  Model
+	sector int64 // unit of a read: rows cost the sectors they touch
+	file   *os.File
+	io     backing
+	space  *spaceMap
 
 	// Throttle state of the device model: the transfer timeline.
 	tmu       sync.Mutex
@@ -152,7 +194,9 @@ type Device struct {
 	qcond   *sync.Cond
 	queues  [maxClasses][]*piece
 	queued  int
-	rr      int
+	rr      int // class whose turn it is
+	credit  int // picks left in that class's turn
+	weights [maxClasses]int
 	closing bool
 	loaders sync.WaitGroup
 
@@ -192,11 +236,21 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 		return nil, zero, false, fmt.Errorf("SSD backing file %s is in use by another dnnfs daemon", path)
 	}
 	d := &Device{Dir: dir, model: spec.Model, file: f}
-	fb := &fileBacking{f: f}
+	fb := &fileBacking{f: f, dioAlign: format.BlockSize, memAlign: format.BlockSize}
+	var stx unix.Statx_t
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &stx); err == nil &&
+		stx.Mask&unix.STATX_DIOALIGN != 0 && stx.Dio_offset_align > 0 {
+		fb.dioAlign, fb.memAlign = int64(stx.Dio_offset_align), uintptr(max(stx.Dio_mem_align, 1))
+	}
 	if df, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0); err == nil {
-		fb.direct = df
+		fb.direct.Store(df)
+		fb.dfile = df
 	}
 	d.io = fb
+	d.sector = spec.Model.Sector
+	if d.sector == 0 {
+		d.sector = min(fb.dioAlign, format.BlockSize)
+	}
 	d.qcond = sync.NewCond(&d.qmu)
 	capacity := spec.Model.Cap
 	if capacity == 0 {
@@ -265,8 +319,8 @@ func (d *Device) close() {
 	d.qcond.Broadcast()
 	d.qmu.Unlock()
 	d.loaders.Wait()
-	if fb, ok := d.io.(*fileBacking); ok && fb.direct != nil {
-		fb.direct.Close()
+	if fb, ok := d.io.(*fileBacking); ok && fb.dfile != nil {
+		fb.dfile.Close()
 	}
 	d.file.Close()
 }
@@ -282,8 +336,10 @@ func (d *Device) enqueue(class int, ps ...*piece) {
 	}
 }
 
-// next takes the next piece: round-robin over the non-empty class queues,
-// FIFO within each (the manager's rule, SEEDS.md §2).
+// next takes the next piece: weighted round-robin over the non-empty
+// class queues — a class's turn is up to its weight of pieces, then the
+// next non-empty class's — FIFO within each (the manager's rule, SEEDS.md
+// §2; weights 1,1,1 are plain round-robin).
 func (d *Device) next() *piece {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
@@ -293,18 +349,25 @@ func (d *Device) next() *piece {
 		}
 		d.qcond.Wait()
 	}
-	for i := 0; i < maxClasses; i++ {
-		c := (d.rr + i) % maxClasses
-		if q := d.queues[c]; len(q) > 0 {
-			p := q[0]
-			q[0] = nil
-			d.queues[c] = q[1:]
-			d.queued--
-			d.rr = (c + 1) % maxClasses
-			return p
+	if d.credit <= 0 || len(d.queues[d.rr]) == 0 {
+		for i := 1; i <= maxClasses; i++ {
+			c := (d.rr + i) % maxClasses
+			if len(d.queues[c]) > 0 {
+				d.rr, d.credit = c, max(d.weights[c], 1)
+				break
+			}
 		}
 	}
-	panic("embedding: queued count disagrees with the queues")
+	q := d.queues[d.rr]
+	if len(q) == 0 {
+		panic("embedding: queued count disagrees with the queues")
+	}
+	p := q[0]
+	q[0] = nil
+	d.queues[d.rr] = q[1:]
+	d.queued--
+	d.credit--
+	return p
 }
 
 // queueLen is the pieces waiting (for replica choice and status).
@@ -366,8 +429,8 @@ func (d *Device) serve(p *piece) {
 			err = fmt.Errorf("short read: %d of %d bytes", n, len(p.buf))
 		}
 	}
-	if d := time.Until(deadline); d > 0 {
-		sleep(d)
+	if time.Until(deadline) > 0 {
+		modelSleeper.until(deadline)
 	}
 	end := time.Now()
 	d.inflight.Add(-1)
@@ -409,19 +472,6 @@ func (d *Device) reserve(now time.Time, n int) time.Time {
 		d.tmu.Unlock()
 	}
 	return done
-}
-
-// sleep blocks the loader's thread with nanosleep: the Go timer wheel
-// rounds short sleeps up to about a millisecond on this kind of VM,
-// nanosleep to about 100 µs.
-func sleep(d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	for {
-		err := unix.Nanosleep(&ts, &ts)
-		if err != unix.EINTR {
-			return
-		}
-	}
 }
 
 // IOError is a failed loader transfer: which device, file and range.

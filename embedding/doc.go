@@ -22,13 +22,16 @@
 //     by the translation table into pieces (one device each, at most
 //     MaxPiece bytes) and queues them on their device in the request's
 //     class queue. Each device has one loader per channel; a free loader
-//     takes the next piece round-robin over the device's non-empty class
-//     queues, FIFO within a class. With --sched=fifo there is one queue.
+//     takes the next piece by weighted round-robin over the device's
+//     non-empty class queues (a class's turn is up to its weight of
+//     pieces, --class-weights, default 4,2,1; 1,1,1 is plain round-robin),
+//     FIFO within a class. With --sched=fifo there is one queue.
 //   - Guarantee (size-aware mode): a piece waits behind at most one piece
-//     in service per loader of its device plus, per round, one piece of
-//     each other non-empty class; never behind a whole large request. So
-//     a small request's wait is bounded by (classes-1) pieces of service
-//     time per loader round, whatever the backlog of large requests.
+//     in service per loader of its device plus, per round, the other
+//     non-empty classes' turns (at most their weights in pieces); never
+//     behind a whole large request. Under contention a class with weight
+//     w gets at least w/(sum of the non-empty classes' weights) of the
+//     device's pieces, so no class starves.
 //   - Migration: per-shard heat and per-device load counters; a migrator
 //     replicates hot shards to the least-loaded device and moves shards
 //     off devices short of space. A move copies, fdatasyncs, commits the
@@ -43,10 +46,13 @@
 // read()s results from the same handle. The handle is a stream (no
 // seeking): every read() returns the next completed result, whole, in
 // completion order (so not necessarily request order; match by tag). A
-// write never waits for I/O; a read waits for the next completion, or
-// returns 0 bytes when nothing is in flight (EAGAIN with O_NONBLOCK).
-// Results larger than the reader's buffer continue on the next read() by
-// the same thread. Several threads may share a handle.
+// write never waits for I/O; a read waits for the next completion like a
+// pipe (EAGAIN with O_NONBLOCK instead), and returns 0 bytes (EOF) if a
+// close() of any descriptor of the handle happens while it waits — the
+// way to stop reader threads (in Go, close a unix.Dup of f.Fd(): os.File
+// defers close(2) until a pending Read returns). Results larger than the reader's buffer continue on the next
+// read() by the same thread. Several threads may share a handle; a
+// handle may have up to 4096 requests in flight (EAGAIN beyond).
 //
 // Request (little-endian):
 //

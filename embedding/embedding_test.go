@@ -346,10 +346,15 @@ func (g *gateBacking) ReadAt(p []byte, off int64) (int, error) {
 // request is served within one round however many large pieces wait;
 // with --sched=fifo it waits behind all of them.
 func TestRoundRobinOrder(t *testing.T) {
-	for _, mode := range []SchedMode{SizeAware, FIFO} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		mode    SchedMode
+		weights [maxClasses]int
+	}{{SizeAware, [maxClasses]int{1, 1, 1}}, {SizeAware, [maxClasses]int{4, 2, 1}}, {FIFO, [maxClasses]int{1, 1, 1}}} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("%s-%v", mode, tc.weights), func(t *testing.T) {
 			cfg := DefaultSched
 			cfg.Mode = mode
+			cfg.Weights = tc.weights
 			cfg.MaxPiece = 4096
 			tt := newTestTier(t, []Model{{Channels: 1}}, cfg)
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -403,13 +408,33 @@ func TestRoundRobinOrder(t *testing.T) {
 			t.Logf("%s: service order %v", mode, order)
 			if mode == SizeAware {
 				// order[0] is the large piece that held the loader; the
-				// next round serves small, medium, large in turn.
-				if small > maxClasses {
-					t.Fatalf("small request served at position %d, want within one round (<= %d)", small, maxClasses)
+				// next round starts with the small class.
+				if small != 1 {
+					t.Fatalf("small request served at position %d, want 1 (first of the next round)", small)
 				}
-				for i := 1; i+1 < len(order); i++ {
-					if order[i] == 1 && order[i+1] == 1 {
-						t.Fatalf("medium served twice in a row at %d while large pieces waited: not round-robin", i)
+				// No class runs longer than its weight while another
+				// class has pieces waiting.
+				left := [maxClasses]int{}
+				for _, c := range order[1:] {
+					left[c]++
+				}
+				run := 0
+				for i := 1; i < len(order); i++ {
+					c := order[i]
+					if i > 1 && order[i-1] == c {
+						run++
+					} else {
+						run = 1
+					}
+					left[c]--
+					others := 0
+					for k := range left {
+						if k != c {
+							others += left[k]
+						}
+					}
+					if run > tc.weights[c] && others > 0 {
+						t.Fatalf("class %d served %d times in a row (weight %d) while others waited: %v", c, run, tc.weights[c], order)
 					}
 				}
 			} else if small != len(order)-1 {

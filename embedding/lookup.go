@@ -207,34 +207,39 @@ func (t *Table) Lookup(r *LookupRequest, done func(result []byte)) {
 		pins = append(pins, l)
 		t.shards[s].heat.Add(uint64((j - i) * rb))
 		d, devBase := t.readCopy(l)
-		// Coalesce rows into runs of adjacent blocks up to MaxPiece.
+		// Coalesce rows into runs of adjacent sectors up to MaxPiece; the
+		// runs' buffers are carved from one aligned allocation below.
 		for k := i; k < j; {
-			runA := (devBase + (uniq[k]-first)*int64(rb)) / format.BlockSize * format.BlockSize
+			sec := d.sector
+			runA := (devBase + (uniq[k]-first)*int64(rb)) / sec * sec
 			runB := runA
 			m := k
 			for m < j {
 				ra := devBase + (uniq[m]-first)*int64(rb)
-				a := ra / format.BlockSize * format.BlockSize
-				b := (ra + int64(rb) + format.BlockSize - 1) / format.BlockSize * format.BlockSize
+				a := ra / sec * sec
+				b := (ra + int64(rb) + sec - 1) / sec * sec
 				if m > k && (a > runB || b-runA > maxPiece) {
 					break
 				}
 				runB = max(runB, b)
 				m++
 			}
-			buf := alignedBuf(int(runB - runA))
 			lo, hi := k, m
 			ra0 := runA
-			pieces = append(pieces, &piece{dev: d, off: runA, buf: buf, after: func() {
+			p := &piece{dev: d, off: runA, size: int(runB - runA)}
+			p.after = func() {
+				buf := p.buf
 				for u := lo; u < hi; u++ {
 					src := devBase + (uniq[u]-first)*int64(rb) - ra0
 					copy(rowData[u*rb:(u+1)*rb], buf[src:src+int64(rb)])
 				}
-			}})
+			}
+			pieces = append(pieces, p)
 			k = m
 		}
 		i = j
 	}
+	carve(pieces)
 	t.tier.useful.Add(uint64(len(r.Indices) * rb))
 	t.tier.startAsync(len(r.Indices), len(r.Indices)*rb, pieces, func(err error) {
 		for _, l := range pins {

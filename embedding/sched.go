@@ -38,10 +38,32 @@ type SchedConfig struct {
 	// MaxPiece bounds one loader transfer (bytes, a multiple of 4096), so
 	// a large request never holds a loader for long.
 	MaxPiece int
+	// Weights are the pieces a class may take per round-robin turn
+	// (small, medium, large). 1,1,1 is plain round-robin; the default
+	// favours small requests, whose latency is what suffers behind
+	// large ones, without starving any class.
+	Weights [maxClasses]int
 }
 
 // DefaultSched is the default configuration.
-var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiece: 128 << 10}
+var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiece: 128 << 10, Weights: [maxClasses]int{4, 2, 1}}
+
+// ParseClassWeights reads the class weights "4,2,1".
+func ParseClassWeights(s string) ([maxClasses]int, error) {
+	var w [maxClasses]int
+	parts := strings.Split(s, ",")
+	if len(parts) != maxClasses {
+		return w, fmt.Errorf("--class-weights %q: want three weights SMALL,MEDIUM,LARGE, e.g. 4,2,1", s)
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 1000 {
+			return w, fmt.Errorf("--class-weights %q: weight %q: want 1 .. 1000", s, p)
+		}
+		w[i] = n
+	}
+	return w, nil
+}
 
 // ParseSchedMode reads "size" or "fifo".
 func ParseSchedMode(s string) (SchedMode, error) {
@@ -123,6 +145,7 @@ type piece struct {
 	dev   *Device
 	off   int64 // in the backing file
 	buf   []byte
+	size  int // read pieces: len(buf) to be, until carve allocates it
 	write bool
 	enq   time.Time
 	after func() // on success, before the request may complete (scatter)

@@ -44,6 +44,7 @@ type DeviceStatus struct {
 // Status is the tier's state for `dnnfs status`.
 type Status struct {
 	Sched             string         `json:"sched"`
+	Weights           [3]int         `json:"class_weights"`
 	MaxPiece          int            `json:"max_piece"`
 	Classes           []ClassStatus  `json:"classes"`
 	Devices           []DeviceStatus `json:"devices"`
@@ -66,7 +67,7 @@ func (m Model) String() string {
 
 // Status snapshots counters and queues.
 func (t *Tier) Status() Status {
-	s := Status{Sched: t.sched.cfg.Mode.String(), MaxPiece: t.sched.cfg.MaxPiece}
+	s := Status{Sched: t.sched.cfg.Mode.String(), MaxPiece: t.sched.cfg.MaxPiece, Weights: t.sched.cfg.Weights}
 	perDev := map[uint16]int{}
 	t.mu.Lock()
 	s.Tables = len(t.tables)

@@ -135,19 +135,24 @@ func (t *Table) ReadAt(p []byte, off int64) (int, error) {
 		d, devBase := t.readCopy(l)
 		_, base := t.shardOf(s.tabOff)
 		devOff := devBase + (s.tabOff - base)
-		// Read the block-aligned cover (O_DIRECT) in pieces of at most
+		// Read the sector-aligned cover (O_DIRECT) in pieces of at most
 		// MaxPiece; each copies its overlap out.
-		a := devOff / format.BlockSize * format.BlockSize
-		b := (devOff + int64(s.n) + format.BlockSize - 1) / format.BlockSize * format.BlockSize
+		if d == nil {
+			continue // startAsync fails the request
+		}
+		sec := d.sector
+		a := devOff / sec * sec
+		b := (devOff + int64(s.n) + sec - 1) / sec * sec
 		for pa := a; pa < b; pa += maxPiece {
 			pb := min(b, pa+maxPiece)
-			buf := alignedBuf(int(pb - pa))
 			lo, hi := max(pa, devOff), min(pb, devOff+int64(s.n))
 			dst := p[s.tabOff-off+(lo-devOff) : s.tabOff-off+(hi-devOff)]
-			src := buf[lo-pa : hi-pa]
-			pieces = append(pieces, &piece{dev: d, off: pa, buf: buf, after: func() { copy(dst, src) }})
+			pc := &piece{dev: d, off: pa, size: int(pb - pa)}
+			pc.after = func() { copy(dst, pc.buf[lo-pa:hi-pa]) }
+			pieces = append(pieces, pc)
 		}
 	}
+	carve(pieces)
 	t.tier.useful.Add(uint64(n))
 	err := t.tier.run(rows, n, pieces)
 	for _, l := range pins {
@@ -194,7 +199,7 @@ func (t *Table) WriteAt(p []byte, off int64) (int, error) {
 			devOff := int64(c.off) + (s.tabOff - base)
 			for k := 0; k < len(src); k += maxPiece {
 				chunk := src[k:min(len(src), k+maxPiece)]
-				if devOff%format.BlockSize == 0 && len(chunk)%format.BlockSize == 0 {
+				if (devOff+int64(k))%d.sector == 0 && int64(len(chunk))%d.sector == 0 {
 					ab := alignedBuf(len(chunk))
 					copy(ab, chunk)
 					chunk = ab

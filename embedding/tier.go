@@ -101,6 +101,9 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 	if opts.Sched.Small == 0 {
 		opts.Sched.Small, opts.Sched.Medium = DefaultSched.Small, DefaultSched.Medium
 	}
+	if opts.Sched.Weights == [maxClasses]int{} {
+		opts.Sched.Weights = DefaultSched.Weights
+	}
 	if opts.Placement == (Weights{}) {
 		opts.Placement = DefaultWeights
 	}
@@ -158,6 +161,7 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 		return fail(err)
 	}
 	for _, d := range opened {
+		d.weights = opts.Sched.Weights
 		d.start()
 	}
 	p.SetTableFreed(t.tableFreed)
@@ -366,10 +370,14 @@ func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclud
 }
 
 // tableFreed returns a deleted table's shard space (pool hook).
-func (t *Tier) tableFreed(ino pool.Ino, hdr format.TableHeader, es []format.ShardEntry) {
+func (t *Tier) tableFreed(in *pool.Inode, hdr format.TableHeader, es []format.ShardEntry) {
 	t.mu.Lock()
-	tb := t.tables[ino]
-	delete(t.tables, ino)
+	tb := t.tables[in.Ino]
+	if tb != nil && tb.in == in {
+		delete(t.tables, in.Ino)
+	} else {
+		tb = nil // the number was reused by a new table already
+	}
 	t.mu.Unlock()
 	if tb != nil {
 		// No handle is open (the pool frees tables only then), but wait

@@ -262,6 +262,7 @@ var (
 	_ = (gofs.NodeWriter)((*lookupNode)(nil))
 	_ = (gofs.NodeReleaser)((*lookupNode)(nil))
 	_ = (gofs.NodeFsyncer)((*lookupNode)(nil))
+	_ = (gofs.NodeFlusher)((*lookupNode)(nil))
 )
 
 // lookupChild resolves NAME.lookup next to a table NAME.
@@ -313,7 +314,8 @@ type lookupHandle struct {
 	nonblock bool
 
 	mu       sync.Mutex
-	ready    chan struct{} // closed and replaced when a result arrives
+	ready    chan struct{} // closed and replaced when a result arrives or the handle is flushed
+	flushes  int           // close() calls on the handle's descriptors so far
 	results  [][]byte
 	inflight int
 	drain    map[uint32][]byte // TID -> rest of a result being read
@@ -391,7 +393,11 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 		return 0, syscall.EAGAIN
 	}
 	h.inflight++
+	// Submitted without h.mu: a request with nothing to read completes
+	// at once, and completion takes h.mu.
+	h.mu.Unlock()
 	h.tb.Lookup(req, h.complete)
+	h.mu.Lock()
 	return uint32(len(data)), 0
 }
 
@@ -404,8 +410,22 @@ func (h *lookupHandle) complete(res []byte) {
 	h.mu.Unlock()
 }
 
+// Flush runs at every close() of a descriptor of the handle: readers
+// blocked on it return EOF, so a process can stop its reader threads by
+// closing the file.
+func (l *lookupNode) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	h := fh.(*lookupHandle)
+	h.mu.Lock()
+	h.flushes++
+	close(h.ready)
+	h.ready = make(chan struct{})
+	h.mu.Unlock()
+	return 0
+}
+
 // Read returns the rest of this thread's partly read result, else the
-// next completed one (waiting for it), else 0 bytes if none is in flight.
+// next completed one, waiting for it like a pipe (EAGAIN with O_NONBLOCK;
+// EOF if the file is closed meanwhile).
 func (l *lookupNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h := fh.(*lookupHandle)
 	tid := callerOf(ctx).TID
@@ -418,8 +438,9 @@ func (l *lookupNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 		if off != 0 {
 			return fuse.ReadResultData(nil), 0 // the end of one read() call's result
 		}
+		flushes := h.flushes
 		for len(h.results) == 0 {
-			if h.inflight == 0 {
+			if h.flushes != flushes {
 				return fuse.ReadResultData(nil), 0
 			}
 			if h.nonblock {

@@ -27,7 +27,8 @@ type tableState struct {
 
 // TableFreed is called (outside every pool lock) after a table inode was
 // freed, with the shard locations it held, so the SSD tier can reuse them.
-type TableFreed func(ino Ino, hdr format.TableHeader, shards []format.ShardEntry)
+// in identifies the freed inode (its number may be reused at once).
+type TableFreed func(in *Inode, hdr format.TableHeader, shards []format.ShardEntry)
 
 // SetTableFreed installs the hook. Call before serving requests.
 func (fs *FS) SetTableFreed(f TableFreed) { fs.tableFreed = f }
@@ -209,7 +210,7 @@ func (c *change) stageFreeTable(in *Inode) {
 	c.after = append(c.after, func() {
 		in.table.Store(nil)
 		if fs.tableFreed != nil && shards != nil {
-			go fs.tableFreed(in.Ino, t.hdr, shards)
+			go fs.tableFreed(in, t.hdr, shards)
 		}
 	})
 }

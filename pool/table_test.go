@@ -90,7 +90,7 @@ func TestTableLifecycle(t *testing.T) {
 	var mu sync.Mutex
 	var freed []format.ShardEntry
 	done := make(chan struct{})
-	fs.SetTableFreed(func(ino Ino, h format.TableHeader, s []format.ShardEntry) {
+	fs.SetTableFreed(func(in *Inode, h format.TableHeader, s []format.ShardEntry) {
 		mu.Lock()
 		freed = s
 		mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -77,6 +78,7 @@ func runMount(args []string) error {
 	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
 	schedFlag := fl.String("sched", "size", "embedding read scheduler: size (a queue per size class, round-robin) or fifo (one queue)")
 	classes := fl.String("classes", "128,512", "size-class thresholds in rows: SMALL,MEDIUM (classes <=SMALL, <=MEDIUM, larger)")
+	classWeights := fl.String("class-weights", "4,2,1", "pieces each size class (small,medium,large) takes per round-robin turn; 1,1,1 is plain round-robin")
 	maxPiece := fl.String("max-piece", "128KiB", "largest single loader transfer (a large request is split into pieces of at most this)")
 	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
 	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
@@ -110,6 +112,9 @@ func runMount(args []string) error {
 		return usageError{err.Error()}
 	}
 	if tierOpts.Sched.Small, tierOpts.Sched.Medium, err = embedding.ParseClasses(*classes); err != nil {
+		return usageError{err.Error()}
+	}
+	if tierOpts.Sched.Weights, err = embedding.ParseClassWeights(*classWeights); err != nil {
 		return usageError{err.Error()}
 	}
 	mp, err := parseSize(*maxPiece)
@@ -177,6 +182,14 @@ func runMount(args []string) error {
 	}
 	var tier *embedding.Tier
 	if len(tierOpts.Devices) > 0 {
+		// Goroutines blocked in /dev/fuse reads and backing-file preads
+		// hold their P until the runtime's monitor hands it off (up to
+		// 10 ms later); with as few Ps as cores the SSD loaders then wait
+		// behind them. More Ps than cores keeps them running (measured:
+		// small-request p99 under load 4x lower on 2 cores).
+		if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 8 {
+			runtime.GOMAXPROCS(8)
+		}
 		tierOpts.Log = log
 		if tier, err = embedding.Open(p, tierOpts); err != nil {
 			p.Close()

@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -252,9 +254,44 @@ func TestTablesThroughTheMount(t *testing.T) {
 			t.Fatalf("tag %d: status %d count %d (want %d), values match %v", r.tag, r.status, r.count, s.count, close32(r.payload, s.want))
 		}
 	}
-	if n, err := lf.Read(make([]byte, 100)); n != 0 || err == nil {
-		t.Fatalf("read with nothing in flight: %d, %v (want EOF)", n, err)
+	// Raw descriptors: os.File would clear O_NONBLOCK on a regular file.
+	nb, err := unix.Open(path+".lookup", unix.O_RDWR|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if n, err := unix.Read(nb, make([]byte, 100)); n > 0 || !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("non-blocking read with nothing in flight: %d, %v (want EAGAIN)", n, err)
+	}
+	unix.Close(nb)
+	// A reader blocked with nothing in flight returns EOF when the handle
+	// is closed (how a process stops its reader threads).
+	bl, err := unix.Open(path+".lookup", unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		n, err := unix.Read(bl, make([]byte, 100))
+		if err == nil && n == 0 {
+			err = io.EOF
+		}
+		blocked <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	dup, err := unix.Dup(bl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(dup) // any close() of the handle wakes its readers
+	select {
+	case err := <-blocked:
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("blocked read after close: %v, want EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a read blocked on the request file did not return after a close")
+	}
+	unix.Close(bl)
 	// A bad request fails its write with EINVAL; the handle goes on.
 	if _, err := lf.Write(request(99, 1, []int64{rows}, []int64{0}, nil)); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("index out of range: %v, want EINVAL", err)
@@ -458,4 +495,65 @@ func TestCrashMidMigration(t *testing.T) {
 		t.Fatalf("completed move not visible: %+v", s2[0])
 	}
 	fs.Unmount(t)
+}
+
+// TestEmptyRequestsAndReusedInodes: a request that names no rows
+// completes at once (it used to deadlock the handle), and a table made
+// right after another was deleted (reusing its inode number) works.
+func TestEmptyRequestsAndReusedInodes(t *testing.T) {
+	pool := harness.Mkfs(t, "16MiB")
+	fs := harness.Mount(t, pool, "--ssd", ssdDirs(t, 1)[0])
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := 0; round < 5; round++ {
+		path := fs.Path("t")
+		w := makeTable(t, path, 64, 4, "4KiB", rng)
+		lf, err := os.OpenFile(path+".lookup", os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lf.Write(request(1, 1, nil, []int64{0}, nil)); err != nil {
+			t.Fatalf("empty bag: %v", err)
+		}
+		if r := readResult(t, lf); r.tag != 1 || r.status != 0 || r.count != 1 || !close32(r.payload, []float32{0, 0, 0, 0}) {
+			t.Fatalf("empty bag result: %+v", r)
+		}
+		if _, err := lf.Write(request(2, 0, nil, nil, nil)); err != nil {
+			t.Fatalf("empty gather: %v", err)
+		}
+		if r := readResult(t, lf); r.tag != 2 || r.count != 0 {
+			t.Fatalf("empty gather result: %+v", r)
+		}
+		if _, err := lf.Write(request(3, 0, []int64{63}, nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if r := readResult(t, lf); !close32(r.payload, w[63*4:]) {
+			t.Fatalf("round %d: row 63 wrong", round)
+		}
+		lf.Close()
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPythonEmbeddingBagExample runs the Python client's EmbeddingBag
+// example (numpy, and torch when installed) against a mount.
+func TestPythonEmbeddingBagExample(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		t.Skipf("%s has no numpy (make deps installs python3-numpy): %v", py, err)
+	}
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := harness.Mkfs(t, "64MiB")
+	fs := harness.Mount(t, pool, "--ssd", ssdDirs(t, 1)[0], "--ssd", ssdDirs(t, 1)[0])
+	cmd := exec.Command(py, filepath.Join(root, "python", "example_embeddingbag.py"), fs.Mnt)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "all lookups OK") {
+		t.Fatalf("example_embeddingbag.py: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
