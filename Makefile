@@ -12,7 +12,7 @@ TEST_TMP  ?= /dev/shm/dnnfs-test
 # fuzz coordinator fail with "context deadline exceeded" on a loaded machine.
 FUZZEXECS ?= 50000x
 
-.PHONY: all build run test deps vet unit fuzz clean bench
+.PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm
 
 all: build
 
@@ -78,6 +78,13 @@ test: deps vet build unit fuzz
 bench:
 	$(GO) build -o bin/bench ./tests/bench
 	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" ./bin/bench
+	$(MAKE) bench-dlrm
+
+# bench-dlrm: the synthetic DLRM workload on the SSD tier (issue #6):
+# docs/bench/DLRM.md and docs/bench/dlrm.json. QUICK=1: small tables.
+bench-dlrm: build
+	$(GO) build -o bin/dlrm ./tests/dlrm
+	./bin/dlrm -bin bin/dnnfs -out docs/bench $(if $(QUICK),-quick,)
 
 clean:
 	rm -rf bin $(TEST_TMP)

@@ -659,3 +659,52 @@ func TestF16(t *testing.T) {
 		t.Error("inf/nan")
 	}
 }
+
+// TestMigratorReplicatesHotShard: reads concentrated on one shard of a
+// device while the other device idles make the migrator replicate that
+// shard there; lookups stay correct and then use both copies.
+func TestMigratorReplicatesHotShard(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	tt := newTestTier(t, []Model{{}, {}}, DefaultSched)
+	tb, data := tt.table("t", 4000, 64, format.DtypeF32, rng) // 256-byte rows, 5 shards
+	// Everything on device 1 first.
+	for i := range tb.shards {
+		if tb.shards[i].cur.Load().e.Dev != 1 {
+			if err := tt.tier.MoveShard(tb, i, 1, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hot := 2
+	first, end := tb.hdr.ShardRange(hot)
+	buf := make([]byte, (end-first)*uint64(tb.rowBytes))
+	var read int64
+	for read < 8<<20 {
+		if _, err := tb.ReadAt(buf, int64(first)*tb.rowBytes); err != nil {
+			t.Fatal(err)
+		}
+		read += int64(len(buf))
+	}
+	// Whatever the machine's speed, the pass sees 8 MiB in a 10 ms period
+	// on device 1 and nothing on device 2.
+	tt.tier.mig.every = 10 * time.Millisecond
+	tt.tier.mig.last = time.Now().Add(-10 * time.Millisecond)
+	tt.tier.balance()
+	got := tb.shards[hot].cur.Load().e
+	if got.RDev != 2 {
+		t.Fatalf("after %d MiB of reads of shard %d on device 1: entry %+v, want a replica on device 2 (status %+v)",
+			read>>20, hot, got, tt.tier.Status().Devices)
+	}
+	for i := range tb.shards {
+		if e := tb.shards[i].cur.Load().e; i != hot && e.RDev != 0 {
+			t.Errorf("cold shard %d replicated too: %+v", i, e)
+		}
+	}
+	// Reads of the replicated shard stay correct.
+	if _, err := tb.ReadAt(buf, int64(first)*tb.rowBytes); err != nil || string(buf) != string(data[int64(first)*tb.rowBytes:int64(end)*tb.rowBytes]) {
+		t.Fatalf("replicated shard reads wrong (err %v)", err)
+	}
+	if st := tt.tier.Status(); st.Replications != 1 {
+		t.Fatalf("status replications %d, want 1", st.Replications)
+	}
+}

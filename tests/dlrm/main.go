@@ -1,0 +1,897 @@
+// Command dlrm is a synthetic DLRM embedding workload against dnnfs's SSD
+// tier (issue #6's benchmark). It makes its own pool, SSD-tier
+// directories and mounts, fills 26 tables with Criteo-Terabyte-like row
+// counts (capped), and measures, in one run:
+//
+//   - open-loop lookups (Poisson arrivals) per batch size and index skew,
+//     swept to saturation: rows/s, pooled bags/s, latency per size class
+//     (client side, and the daemon's queueing vs service split);
+//   - small requests alone vs under a large-request load, with the
+//     size-aware scheduler and with --sched=fifo (same devices, same
+//     loaders);
+//   - lookups through the request file vs one pread per row through the
+//     mount vs direct preads of the backing files without FUSE (ceiling);
+//   - bytes read from the backing files per useful byte.
+//
+// Usage (root, FUSE): go run ./tests/dlrm [-quick] [-bin bin/dnnfs] [-out docs/bench]
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dnnfs/dnnfs/client"
+)
+
+// criteoRows are the 26 categorical features' cardinalities of Criteo
+// Terabyte (as used by the DLRM reference), capped by -cap.
+var criteoRows = []int{39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346,
+	10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36}
+
+type config struct {
+	bin, work, out string
+	quick          bool
+	cap            int
+	dim            int
+	devices        int
+	model          string
+	point          time.Duration
+	seed           uint64
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.bin, "bin", "bin/dnnfs", "dnnfs binary")
+	flag.StringVar(&c.work, "work", "/dev/shm/dnnfs-dlrm", "scratch directory (pool, SSD dirs, mount); removed at the end")
+	flag.StringVar(&c.out, "out", "docs/bench", "where dlrm.json and DLRM.md go")
+	flag.BoolVar(&c.quick, "quick", false, "small tables and short points (a couple of minutes)")
+	flag.IntVar(&c.cap, "cap", 2_000_000, "rows cap per table")
+	flag.IntVar(&c.dim, "dim", 64, "embedding dimension (fp32)")
+	flag.IntVar(&c.devices, "devices", 2, "SSD-tier devices (directories)")
+	flag.StringVar(&c.model, "model", "bw=400MiB/s,lat=400us,channels=4,sector=512", "device model of each SSD for the scheduler experiments")
+	flag.DurationVar(&c.point, "point", 3*time.Second, "measuring time per point")
+	flag.Uint64Var(&c.seed, "seed", 1, "random seed")
+	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -out without measuring")
+	flag.Parse()
+	if *reportOnly {
+		var rep report
+		b, err := os.ReadFile(filepath.Join(c.out, "dlrm.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &rep)
+		}
+		if err == nil {
+			err = writeReport(c, rep)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dlrm:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if c.quick {
+		c.cap, c.point = 100_000, time.Second
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "dlrm:", err)
+		os.Exit(1)
+	}
+}
+
+// ---------------------------------------------------------------------
+// Mounts
+
+type mount struct {
+	c    config
+	mnt  string
+	cmd  *exec.Cmd
+	args []string
+}
+
+func (c config) mountWith(args ...string) (*mount, error) {
+	m := &mount{c: c, mnt: filepath.Join(c.work, "mnt")}
+	os.MkdirAll(m.mnt, 0o755)
+	full := append([]string{"mount", "--pool", filepath.Join(c.work, "pool"), m.mnt, "--log-level", "warn", "--migrate-interval", "0"}, args...)
+	for i := 0; i < c.devices; i++ {
+		full = append(full, "--ssd", "")
+		full[len(full)-1] = filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
+	}
+	if extra := os.Getenv("DLRM_MOUNT_ARGS"); extra != "" {
+		full = append(full, strings.Fields(extra)...) // e.g. --cpuprofile FILE
+	}
+	m.args = full
+	return m, m.start()
+}
+
+// withModel turns every --ssd DIR into DIR:model.
+func (m *mount) withModel(model string) {
+	for i := range m.args {
+		if i > 0 && m.args[i-1] == "--ssd" && model != "" {
+			m.args[i] += ":" + model
+		}
+	}
+}
+
+func (m *mount) start() error {
+	m.cmd = exec.Command(m.c.bin, m.args...)
+	m.cmd.Stderr = os.Stderr
+	if err := m.cmd.Start(); err != nil {
+		return err
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := unix.Getxattr(m.mnt, "user.dnnfs.status", nil); err == nil {
+			return nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return fmt.Errorf("mount %v did not come up", m.args)
+}
+
+func (m *mount) stop() error {
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	return m.cmd.Wait()
+}
+
+// drain waits (up to a minute) until the daemon has no lookup in flight,
+// so a saturated point's backlog does not spill into the next one.
+func (m *mount) drain() {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		n, err := unix.Getxattr(m.mnt, "user.dnnfs.status", buf)
+		if err != nil {
+			return
+		}
+		var s struct {
+			Embedding struct {
+				Classes []struct {
+					InFlight int64 `json:"in_flight_requests"`
+				} `json:"classes"`
+			} `json:"embedding"`
+		}
+		json.Unmarshal(buf[:n], &s)
+		busy := false
+		for _, c := range s.Embedding.Classes {
+			busy = busy || c.InFlight > 0
+		}
+		if !busy {
+			return
+		}
+	}
+}
+
+func (m *mount) resetStats() { unix.Setxattr(m.mnt, "user.dnnfs.status", []byte("reset"), 0) }
+
+type classStat struct {
+	Name     string `json:"name"`
+	Requests uint64 `json:"requests"`
+	Queue    lat    `json:"queue"`
+	Service  lat    `json:"service"`
+	Total    lat    `json:"total"`
+}
+type lat struct {
+	P50  float64 `json:"p50_us"`
+	P99  float64 `json:"p99_us"`
+	P999 float64 `json:"p999_us"`
+}
+type tierStatus struct {
+	Classes          []classStat `json:"classes"`
+	UsefulBytes      uint64      `json:"useful_bytes"`
+	BackingReadBytes uint64      `json:"backing_read_bytes"`
+	ReadAmp          float64     `json:"read_amplification"`
+}
+
+func (m *mount) status() tierStatus {
+	buf := make([]byte, 1<<20)
+	n, err := unix.Getxattr(m.mnt, "user.dnnfs.status", buf)
+	var s struct {
+		Embedding tierStatus `json:"embedding"`
+	}
+	if err == nil {
+		json.Unmarshal(buf[:n], &s)
+	}
+	return s.Embedding
+}
+
+// ---------------------------------------------------------------------
+// Tables
+
+type table struct {
+	name string
+	rows int
+	path string
+}
+
+// value is the deterministic content of row r, element i of table t: the
+// benchmark checks sampled results against it.
+func value(t, r, i int) float32 { return float32((r*31+i*7+t)%1024) / 64 }
+
+func (c config) tables() []table {
+	var ts []table
+	for i, n := range criteoRows {
+		ts = append(ts, table{name: fmt.Sprintf("emb%02d", i), rows: min(n, c.cap)})
+	}
+	return ts
+}
+
+func fill(m *mount, ts []table, dim int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ts))
+	sem := make(chan struct{}, 2)
+	for ti := range ts {
+		t := &ts[ti]
+		t.path = filepath.Join(m.mnt, t.name)
+		f, err := os.Create(t.path)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Setxattr(t.path, "user.dnnfs.table", []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=f32", t.rows, dim)), 0); err != nil {
+			return fmt.Errorf("%s: make table: %w", t.path, err)
+		}
+		wg.Add(1)
+		go func(ti int, t *table) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			f, err := os.OpenFile(t.path, os.O_WRONLY, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			chunkRows := max(1, (1<<20)/(dim*4))
+			buf := make([]byte, chunkRows*dim*4)
+			for r0 := 0; r0 < t.rows; r0 += chunkRows {
+				n := min(chunkRows, t.rows-r0)
+				for r := 0; r < n; r++ {
+					for i := 0; i < dim; i++ {
+						binary.LittleEndian.PutUint32(buf[(r*dim+i)*4:], math.Float32bits(value(ti, r0+r, i)))
+					}
+				}
+				if _, err := f.WriteAt(buf[:n*dim*4], int64(r0*dim*4)); err != nil {
+					errs <- fmt.Errorf("%s: %w", t.path, err)
+					return
+				}
+			}
+			errs <- f.Sync()
+		}(ti, t)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------
+// Workload
+
+// skew draws row indices: uniform, or Zipf with hot rows scattered over
+// the table by a multiplicative permutation.
+type skew struct {
+	name  string
+	alpha float64 // 0 = uniform
+}
+
+type indexer struct {
+	rows int
+	zipf *rand.Zipf
+	rng  *rand.Rand
+	mult uint64
+}
+
+func newIndexer(rows int, s skew, rng *rand.Rand) *indexer {
+	ix := &indexer{rows: rows, rng: rng, mult: 1}
+	if s.alpha > 0 && rows > 1 {
+		ix.zipf = rand.NewZipf(rng, s.alpha, 1, uint64(rows-1))
+		// A multiplier coprime with rows permutes the ranks.
+		for _, p := range []uint64{1000003, 999983, 7919, 104729} {
+			if gcd(p, uint64(rows)) == 1 {
+				ix.mult = p
+				break
+			}
+		}
+	}
+	return ix
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func (ix *indexer) next() int64 {
+	if ix.zipf == nil {
+		return int64(ix.rng.IntN(ix.rows))
+	}
+	return int64((ix.zipf.Uint64()*ix.mult + 12345) % uint64(ix.rows))
+}
+
+// poolingFactor: lognormal with mean 15, clipped to 1..200.
+func poolingFactor(rng *rand.Rand) int {
+	const sigma = 1.0
+	mu := math.Log(15) - sigma*sigma/2
+	return int(min(200, max(1, math.Round(math.Exp(mu+sigma*rng.NormFloat64())))))
+}
+
+// stream is one open-loop arrival process: batches of a size, at a rate.
+type stream struct {
+	name  string
+	batch int
+	rate  float64 // requests per second
+	skew  skew
+	mode  client.Mode
+	// closed > 0 makes the stream closed-loop: at most closed requests
+	// in flight (arrivals wait), for measuring capacity without building
+	// a backlog.
+	closed int
+}
+
+type streamResult struct {
+	Name         string  `json:"name"`
+	Batch        int     `json:"batch"`
+	Skew         string  `json:"skew"`
+	Offered      float64 `json:"offered_req_s"`
+	Achieved     float64 `json:"achieved_req_s"`
+	RowsPerS     float64 `json:"rows_s"`
+	BagsPerS     float64 `json:"bags_s"`
+	MeanRows     float64 `json:"mean_rows_per_request"`
+	P50, P99     float64 `json:"-"`
+	P50us        float64 `json:"p50_us"`
+	P99us        float64 `json:"p99_us"`
+	P999us       float64 `json:"p999_us"`
+	Completed    int     `json:"completed"`
+	Errors       int     `json:"errors"`
+	Checked      int     `json:"checked"`
+	Backlog      int     `json:"unfinished"`
+	Saturated    bool    `json:"saturated"`
+	RequestClass string  `json:"-"`
+}
+
+type point struct {
+	Label   string         `json:"label"`
+	Sched   string         `json:"sched"`
+	Streams []streamResult `json:"streams"`
+	Server  tierStatus     `json:"server"`
+}
+
+// runPoint drives the streams open-loop for d and returns per-stream
+// results (latency measured from each request's scheduled arrival).
+func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, seed uint64) ([]streamResult, error) {
+	type inflight struct {
+		at    time.Time
+		rows  int
+		bags  int
+		check func([]float32) bool
+	}
+	type sres struct {
+		mu        sync.Mutex
+		lats      []time.Duration
+		rows      int
+		bags      int
+		errs      int
+		checked   int
+		submitted int
+		pending   map[uint64]inflight
+	}
+	results := make([]*sres, len(streams))
+	var wg, readers sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	var tagSeq atomic.Uint64
+	start := time.Now().Add(20 * time.Millisecond)
+	end := start.Add(d)
+	var files []*os.File
+	for si, s := range streams {
+		r := &sres{pending: map[uint64]inflight{}}
+		results[si] = r
+		// One request-file handle per table per stream, one reader each.
+		hs := make([]*os.File, len(ts))
+		for ti := range ts {
+			f, err := os.OpenFile(ts[ti].path+".lookup", os.O_RDWR, 0)
+			if err != nil {
+				return nil, err
+			}
+			hs[ti] = f
+			files = append(files, f)
+			readers.Add(1)
+			go func(f *os.File) {
+				defer readers.Done()
+				buf := make([]byte, 16<<20)
+				for {
+					n, err := f.Read(buf)
+					if err != nil || n == 0 {
+						return // closed, or done
+					}
+					now := time.Now()
+					res, err := client.DecodeResult(buf[:n])
+					r.mu.Lock()
+					in, ok := r.pending[res.Tag]
+					delete(r.pending, res.Tag)
+					if err != nil || !ok || res.Status != 0 {
+						r.errs++
+						r.mu.Unlock()
+						continue
+					}
+					r.lats = append(r.lats, now.Sub(in.at))
+					r.rows += in.rows
+					r.bags += in.bags
+					doCheck := in.check != nil && r.checked < 20
+					r.mu.Unlock()
+					if doCheck {
+						vals, err := res.Float32s()
+						ok := err == nil && in.check(vals)
+						r.mu.Lock()
+						r.checked++
+						if !ok {
+							r.errs++
+						}
+						r.mu.Unlock()
+					}
+				}
+			}(f)
+		}
+		wg.Add(1)
+		go func(si int, s stream, hs []*os.File) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(si)))
+			ixs := make([]*indexer, len(ts))
+			for ti := range ts {
+				ixs[ti] = newIndexer(ts[ti].rows, s.skew, rng)
+			}
+			next := start
+			ti := 0
+			for {
+				if s.closed > 0 {
+					next = time.Now() // closed loop: arrival = submission
+				} else {
+					next = next.Add(time.Duration(rng.ExpFloat64() / s.rate * 1e9))
+				}
+				if next.After(end) {
+					return
+				}
+				if w := time.Until(next); w > 0 {
+					time.Sleep(w)
+				}
+				for s.closed > 0 {
+					r.mu.Lock()
+					n := len(r.pending)
+					r.mu.Unlock()
+					if n < s.closed || time.Now().After(end) {
+						break
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				ti = (ti + 1) % len(ts)
+				var idx, offs []int64
+				for b := 0; b < s.batch; b++ {
+					offs = append(offs, int64(len(idx)))
+					for k := poolingFactor(rng); k > 0; k-- {
+						idx = append(idx, ixs[ti].next())
+					}
+				}
+				tag := tagSeq.Add(1)
+				req, err := client.EncodeLookup(tag, s.mode, client.F32, idx, offs, nil)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+				tab := ti
+				check := func(v []float32) bool {
+					if len(v) != len(offs)*dim {
+						return false
+					}
+					for i := 0; i < dim; i += 17 {
+						var want float64
+						end := len(idx)
+						if len(offs) > 1 {
+							end = int(offs[1])
+						}
+						for k := 0; k < end; k++ {
+							want += float64(value(tab, int(idx[k]), i))
+						}
+						if s.mode == client.Mean {
+							want /= float64(end)
+						}
+						if math.Abs(float64(v[i])-want) > 1e-3*(1+math.Abs(want)) {
+							return false
+						}
+					}
+					return true
+				}
+				r.mu.Lock()
+				r.pending[tag] = inflight{at: next, rows: len(idx), bags: len(offs), check: check}
+				r.submitted++
+				r.mu.Unlock()
+				if _, err := hs[ti].Write(req); err != nil {
+					if errors.Is(err, syscall.EAGAIN) {
+						r.mu.Lock()
+						delete(r.pending, tag)
+						r.errs++
+						r.mu.Unlock()
+						continue
+					}
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}(si, s, hs)
+	}
+	if os.Getenv("DLRM_DEBUG") != "" {
+		go func() {
+			for {
+				time.Sleep(time.Second)
+				for si, r := range results {
+					r.mu.Lock()
+					fmt.Fprintf(os.Stderr, "debug: stream %d submitted %d completed %d pending %d errs %d\n", si, r.submitted, len(r.lats), len(r.pending), r.errs)
+					r.mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Completions after the end still count toward latency (they were
+	// offered in the window) but not toward throughput past a grace time.
+	grace := time.Now().Add(2 * time.Second)
+	for _, r := range results {
+		for {
+			r.mu.Lock()
+			n := len(r.pending)
+			r.mu.Unlock()
+			if n == 0 || time.Now().After(grace) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	elapsed := time.Since(start)
+	for _, f := range files {
+		// A close() of any descriptor of the handle wakes its blocked
+		// reader with EOF; Go defers f.Close's close(2) until the Read
+		// returns, so close a duplicate first.
+		if d, err := unix.Dup(int(f.Fd())); err == nil {
+			unix.Close(d)
+		}
+		f.Close()
+	}
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	if e := firstErr.Load(); e != nil {
+		return nil, *e
+	}
+	var out []streamResult
+	for si, s := range streams {
+		r := results[si]
+		r.mu.Lock()
+		sr := streamResult{Name: s.name, Batch: s.batch, Skew: s.skew.name, Offered: s.rate, Completed: len(r.lats),
+			Errors: r.errs, Checked: r.checked, Backlog: len(r.pending)}
+		sr.Achieved = float64(len(r.lats)) / elapsed.Seconds()
+		sr.RowsPerS = float64(r.rows) / elapsed.Seconds()
+		sr.BagsPerS = float64(r.bags) / elapsed.Seconds()
+		if len(r.lats) > 0 {
+			sr.MeanRows = float64(r.rows) / float64(len(r.lats))
+		}
+		// Requests never answered count as slow as the window.
+		for range r.pending {
+			r.lats = append(r.lats, elapsed)
+		}
+		sort.Slice(r.lats, func(i, j int) bool { return r.lats[i] < r.lats[j] })
+		q := func(p float64) float64 {
+			if len(r.lats) == 0 {
+				return 0
+			}
+			return float64(r.lats[min(len(r.lats)-1, int(p*float64(len(r.lats))))]) / 1e3
+		}
+		sr.P50us, sr.P99us, sr.P999us = q(0.5), q(0.99), q(0.999)
+		sr.Saturated = sr.Achieved < 0.9*s.rate || len(r.pending) > 0
+		r.mu.Unlock()
+		out = append(out, sr)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------
+// Per-row preads and the backing-file ceiling
+
+// rowReads does random single-row reads with threads for d: through the
+// mount (pread of one row of a table file), or straight from the backing
+// files (the translation table from user.dnnfs.shards, one aligned 4 KiB
+// O_DIRECT read per row: what the daemon's loaders do, without FUSE).
+func rowReads(ts []table, dim int, threads int, d time.Duration, direct bool, ssdDirs []string) (float64, error) {
+	type shardLoc struct {
+		Shard    int    `json:"shard"`
+		FirstRow uint64 `json:"first_row"`
+		EndRow   uint64 `json:"end_row"`
+		Dev      int    `json:"device"`
+		Off      int64  `json:"offset"`
+	}
+	shards := make([][]shardLoc, len(ts))
+	var fds []int
+	if direct {
+		for i := range ts {
+			buf := make([]byte, 8<<20)
+			n, err := unix.Getxattr(ts[i].path, "user.dnnfs.shards", buf)
+			if err != nil {
+				return 0, err
+			}
+			if err := json.Unmarshal(buf[:n], &shards[i]); err != nil {
+				return 0, err
+			}
+		}
+		for _, dir := range ssdDirs {
+			fd, err := unix.Open(filepath.Join(dir, "dnnfs-tier.dat"), unix.O_RDONLY|unix.O_DIRECT, 0)
+			if err != nil {
+				fd, err = unix.Open(filepath.Join(dir, "dnnfs-tier.dat"), unix.O_RDONLY, 0)
+			}
+			if err != nil {
+				return 0, err
+			}
+			defer unix.Close(fd)
+			fds = append(fds, fd)
+		}
+	}
+	files := make([]*os.File, len(ts))
+	for i := range ts {
+		f, err := os.Open(ts[i].path)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	rb := dim * 4
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for w := 0; w < threads; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 77))
+			raw := make([]byte, 8192)
+			off := (4096 - int(uintptr(unsafe.Pointer(&raw[0])))%4096) % 4096
+			blk := raw[off : off+4096]
+			row := make([]byte, rb)
+			n := 0
+			for time.Now().Before(end) {
+				for k := 0; k < 64; k++ {
+					ti := rng.IntN(len(ts))
+					r := rng.IntN(ts[ti].rows)
+					if !direct {
+						files[ti].ReadAt(row, int64(r*rb))
+					} else {
+						s := shards[ti][sort.Search(len(shards[ti]), func(i int) bool { return shards[ti][i].EndRow > uint64(r) })]
+						pos := s.Off + int64(uint64(r)-s.FirstRow)*int64(rb)
+						a := pos / 4096 * 4096
+						unix.Pread(fds[s.Dev-1], blk, a)
+						if pos+int64(rb) > a+4096 { // row crosses a block
+							unix.Pread(fds[s.Dev-1], blk, a+4096)
+						}
+					}
+					n++
+				}
+			}
+			total.Add(int64(n))
+		}(w)
+	}
+	wg.Wait()
+	return float64(total.Load()) / d.Seconds(), nil
+}
+
+// ---------------------------------------------------------------------
+
+type report struct {
+	When     string             `json:"when"`
+	Config   map[string]any     `json:"config"`
+	Points   []point            `json:"points"`
+	Compare  map[string]float64 `json:"compare"`
+	Fill     map[string]float64 `json:"fill"`
+	Commands []string           `json:"commands"`
+}
+
+func run(c config) error {
+	os.RemoveAll(c.work)
+	if err := os.MkdirAll(c.work, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.work)
+	var ssd []string
+	for i := 0; i < c.devices; i++ {
+		d := filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
+		os.Mkdir(d, 0o755)
+		ssd = append(ssd, d)
+	}
+	if out, err := exec.Command(c.bin, "mkfs", "--pool", filepath.Join(c.work, "pool"), "--size", "256MiB").CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs: %v: %s", err, out)
+	}
+	rep := report{When: time.Now().UTC().Format(time.RFC3339), Compare: map[string]float64{}, Fill: map[string]float64{},
+		Config: map[string]any{"tables": len(criteoRows), "cap": c.cap, "dim": c.dim, "dtype": "f32", "devices": c.devices,
+			"model": c.model, "point": c.point.String(), "quick": c.quick, "cpus": nproc()}}
+	ts := c.tables()
+	var totalRows int
+	for _, t := range ts {
+		totalRows += t.rows
+	}
+	rep.Config["total_rows"] = totalRows
+	rep.Config["total_bytes"] = totalRows * c.dim * 4
+	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "dlrm: "+f+"\n", a...) }
+
+	// Fill under a native (unthrottled) mount.
+	m, err := c.mountWith()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := fill(m, ts, c.dim); err != nil {
+		m.stop()
+		return err
+	}
+	fillS := time.Since(t0).Seconds()
+	rep.Fill["seconds"] = fillS
+	rep.Fill["MiB_s"] = float64(totalRows*c.dim*4) / (1 << 20) / fillS
+	logf("filled %d tables, %d rows (%.1f GiB) in %.1fs", len(ts), totalRows, float64(totalRows*c.dim*4)/(1<<30), fillS)
+	for i := range ts {
+		ts[i].path = filepath.Join(m.mnt, ts[i].name)
+	}
+
+	// 1. Request file vs per-row preads vs the backing files (native devices).
+	threads := 8
+	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
+	if err != nil {
+		m.stop()
+		return err
+	}
+	ceiling, err := rowReads(ts, c.dim, threads, c.point, true, ssd)
+	if err != nil {
+		m.stop()
+		return err
+	}
+	m.resetStats()
+	// Closed-ish loop through the request file: high offered rate of
+	// batch-64 gathers; throughput is what completes.
+	sat, err := runPoint(m, ts, c.dim, []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}}, c.point, c.seed)
+	if err != nil {
+		m.stop()
+		return err
+	}
+	st := m.status()
+	rep.Compare["rows_s_request_file"] = sat[0].RowsPerS
+	rep.Compare["rows_s_pread_per_row"] = perRow
+	rep.Compare["rows_s_backing_direct"] = ceiling
+	rep.Compare["request_file_over_pread"] = sat[0].RowsPerS / perRow
+	rep.Compare["request_file_over_ceiling"] = sat[0].RowsPerS / ceiling
+	rep.Compare["read_amplification_uniform_b64"] = st.ReadAmp
+	rep.Points = append(rep.Points, point{Label: "native: request file, batch 64 sum, 32 in flight", Sched: "size", Streams: sat, Server: st})
+	logf("native: request file %.0f rows/s, per-row pread %.0f rows/s, backing direct %.0f rows/s", sat[0].RowsPerS, perRow, ceiling)
+	m.stop()
+
+	// 2. Device models: sweeps, skew, mixed small/large, size vs fifo.
+	var capRows float64
+	for _, sched := range []string{"size", "fifo"} {
+		m, err := c.mountWith("--sched", sched)
+		if err != nil {
+			return err
+		}
+		m.stop()
+		m.withModel(c.model)
+		if err := m.start(); err != nil {
+			return err
+		}
+		pt := func(label string, ss []stream) ([]streamResult, error) {
+			m.drain()
+			m.resetStats()
+			res, err := runPoint(m, ts, c.dim, ss, c.point, c.seed)
+			if err != nil {
+				return nil, err
+			}
+			st := m.status()
+			rep.Points = append(rep.Points, point{Label: label, Sched: sched, Streams: res, Server: st})
+			var parts []string
+			for _, r := range res {
+				parts = append(parts, fmt.Sprintf("%s %.0f/%.0f req/s p99 %.0fus", r.Name, r.Achieved, r.Offered, r.P99us))
+			}
+			logf("%s %s: %s", sched, label, strings.Join(parts, "; "))
+			return res, nil
+		}
+		if sched == "size" {
+			// Capacity: batch-64 lookups offered far beyond what the
+			// devices serve; what completes is the saturation rate.
+			res, err := pt("calibrate: batch 64, 32 in flight", []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}})
+			if err != nil {
+				m.stop()
+				return err
+			}
+			capRows = res[0].RowsPerS
+			rep.Compare["capacity_rows_s_model"] = capRows
+			logf("capacity under the device model: %.0f rows/s", capRows)
+			// Saturation sweeps per batch size (uniform), then skews.
+			for _, b := range []int{1, 4, 16, 64} {
+				rate := 0.25 * capRows / (15 * float64(b))
+				for k := 0; k < 6; k++ {
+					res, err := pt(fmt.Sprintf("sweep batch %d", b), []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: rate, skew: skew{"uniform", 0}, mode: client.Sum}})
+					if err != nil {
+						m.stop()
+						return err
+					}
+					if res[0].Saturated {
+						break
+					}
+					rate *= 1.5
+				}
+			}
+			for _, sk := range []skew{{"zipf1.05", 1.05}, {"zipf1.09", 1.09}, {"zipf1.15", 1.15}} {
+				for _, b := range []int{4, 64} {
+					if _, err := pt("skew "+sk.name, []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: 0.5 * capRows / (15 * float64(b)), skew: sk, mode: client.Sum}}); err != nil {
+						m.stop()
+						return err
+					}
+				}
+			}
+		}
+		// Small alone, then small under a saturating large load.
+		// Small requests at 30% of capacity alone; then with large ones
+		// offering 100% more: the devices are saturated.
+		small := stream{name: "small b4", batch: 4, rate: 0.3 * capRows / 60, skew: skew{"uniform", 0}, mode: client.Sum}
+		large := stream{name: "large b64", batch: 64, rate: 1.0 * capRows / 960, skew: skew{"uniform", 0}, mode: client.Sum}
+		alone, err := pt("small alone", []stream{small})
+		if err != nil {
+			m.stop()
+			return err
+		}
+		mixed, err := pt("small + large", []stream{small, large})
+		if err != nil {
+			m.stop()
+			return err
+		}
+		rep.Compare["small_p99_alone_us_"+sched] = alone[0].P99us
+		rep.Compare["small_p99_mixed_us_"+sched] = mixed[0].P99us
+		rep.Compare["small_p99_mixed_over_alone_"+sched] = mixed[0].P99us / alone[0].P99us
+		rep.Compare["mixed_rows_s_"+sched] = mixed[0].RowsPerS + mixed[1].RowsPerS
+		st := rep.Points[len(rep.Points)-1].Server
+		if len(st.Classes) > 0 {
+			rep.Compare["server_small_queue_p99_us_"+sched] = st.Classes[0].Queue.P99
+			rep.Compare["server_small_service_p99_us_"+sched] = st.Classes[0].Service.P99
+		}
+		m.stop()
+	}
+	if v := rep.Compare["small_p99_mixed_us_size"]; v > 0 {
+		rep.Compare["fifo_over_size_small_p99_mixed"] = rep.Compare["small_p99_mixed_us_fifo"] / v
+	}
+	if v := rep.Compare["mixed_rows_s_fifo"]; v > 0 {
+		rep.Compare["size_over_fifo_throughput_mixed"] = rep.Compare["mixed_rows_s_size"] / v
+	}
+	rep.Commands = []string{strings.Join(os.Args, " ")}
+	return writeReport(c, rep)
+}
+
+func nproc() int {
+	var s unix.CPUSet
+	if unix.SchedGetaffinity(0, &s) == nil {
+		return s.Count()
+	}
+	return 0
+}
