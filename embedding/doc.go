@@ -24,7 +24,7 @@
 //     class queue. Each device has one loader per channel; a free loader
 //     takes the next piece by weighted round-robin over the device's
 //     non-empty class queues (a class's turn is up to its weight of
-//     pieces, --class-weights, default 4,2,1; 1,1,1 is plain round-robin),
+//     pieces, --class-weights, default 16,4,1; 1,1,1 is plain round-robin),
 //     FIFO within a class. With --sched=fifo there is one queue.
 //   - Guarantee (size-aware mode): a piece waits behind at most one piece
 //     in service per loader of its device plus, per round, the other

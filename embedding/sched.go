@@ -40,20 +40,22 @@ type SchedConfig struct {
 	MaxPiece int
 	// Weights are the pieces a class may take per round-robin turn
 	// (small, medium, large). 1,1,1 is plain round-robin; the default
-	// favours small requests, whose latency is what suffers behind
-	// large ones, without starving any class.
+	// 16,4,1 favours small requests, whose latency is what suffers behind
+	// large ones, without starving any class (in-process, 2 model devices,
+	// small at 30% of capacity plus large at 100%: small p99 mixed/alone
+	// 10x with 1,1,1, 1.6x with 4,2,1, 1.0x with 16,4,1).
 	Weights [maxClasses]int
 }
 
 // DefaultSched is the default configuration.
-var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiece: 128 << 10, Weights: [maxClasses]int{4, 2, 1}}
+var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiece: 128 << 10, Weights: [maxClasses]int{16, 4, 1}}
 
-// ParseClassWeights reads the class weights "4,2,1".
+// ParseClassWeights reads the class weights "16,4,1".
 func ParseClassWeights(s string) ([maxClasses]int, error) {
 	var w [maxClasses]int
 	parts := strings.Split(s, ",")
 	if len(parts) != maxClasses {
-		return w, fmt.Errorf("--class-weights %q: want three weights SMALL,MEDIUM,LARGE, e.g. 4,2,1", s)
+		return w, fmt.Errorf("--class-weights %q: want three weights SMALL,MEDIUM,LARGE, e.g. 16,4,1", s)
 	}
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))

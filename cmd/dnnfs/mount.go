@@ -78,7 +78,7 @@ func runMount(args []string) error {
 	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
 	schedFlag := fl.String("sched", "size", "embedding read scheduler: size (a queue per size class, round-robin) or fifo (one queue)")
 	classes := fl.String("classes", "128,512", "size-class thresholds in rows: SMALL,MEDIUM (classes <=SMALL, <=MEDIUM, larger)")
-	classWeights := fl.String("class-weights", "4,2,1", "pieces each size class (small,medium,large) takes per round-robin turn; 1,1,1 is plain round-robin")
+	classWeights := fl.String("class-weights", "16,4,1", "pieces each size class (small,medium,large) takes per round-robin turn; 1,1,1 is plain round-robin")
 	maxPiece := fl.String("max-piece", "128KiB", "largest single loader transfer (a large request is split into pieces of at most this)")
 	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
 	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
