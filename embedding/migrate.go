@@ -72,22 +72,31 @@ const (
 	highWater, lowWater = 0.90, 0.75
 )
 
+// beginChange claims shard i for a move or replica change: one at a time
+// per shard, and writers held off (the write gate) until done is called.
+func (tb *Table) beginChange(i int) (sh *shard, done func(), err error) {
+	if i < 0 || i >= len(tb.shards) {
+		return nil, nil, fmt.Errorf("%w: shard %d of %d", ErrInvalid, i, len(tb.shards))
+	}
+	sh = &tb.shards[i]
+	if !sh.moving.CompareAndSwap(false, true) {
+		return nil, nil, ErrMoving
+	}
+	sh.wgate.Lock()
+	return sh, func() { sh.wgate.Unlock(); sh.moving.Store(false) }, nil
+}
+
 // MoveShard moves shard i of tb to device to (replicate=false), or adds a
 // replica there (replicate=true); to = 0 picks a device by placement.
 // Persist order (FORMAT.md): copy, fdatasync the copy, one journaled
 // entry, then readers switch; the old space is reused after the reads in
 // flight on it finish. Writes to the shard wait meanwhile; reads go on.
 func (t *Tier) MoveShard(tb *Table, i int, to format.DevID, replicate bool) error {
-	if i < 0 || i >= len(tb.shards) {
-		return fmt.Errorf("%w: shard %d of %d", ErrInvalid, i, len(tb.shards))
+	sh, done, err := tb.beginChange(i)
+	if err != nil {
+		return err
 	}
-	sh := &tb.shards[i]
-	if !sh.moving.CompareAndSwap(false, true) {
-		return ErrMoving
-	}
-	defer sh.moving.Store(false)
-	sh.wgate.Lock()
-	defer sh.wgate.Unlock()
+	defer done()
 	old := sh.cur.Load()
 	e := old.e
 	span := int64(tb.hdr.ShardSpan(i))
@@ -154,16 +163,11 @@ func (t *Tier) MoveShard(tb *Table, i int, to format.DevID, replicate bool) erro
 // DropReplica removes shard i's replica (journaled), freeing its space
 // once the reads in flight on it finish.
 func (t *Tier) DropReplica(tb *Table, i int) error {
-	if i < 0 || i >= len(tb.shards) {
-		return fmt.Errorf("%w: shard %d of %d", ErrInvalid, i, len(tb.shards))
+	sh, done, err := tb.beginChange(i)
+	if err != nil {
+		return err
 	}
-	sh := &tb.shards[i]
-	if !sh.moving.CompareAndSwap(false, true) {
-		return ErrMoving
-	}
-	defer sh.moving.Store(false)
-	sh.wgate.Lock()
-	defer sh.wgate.Unlock()
+	defer done()
 	old := sh.cur.Load()
 	e := old.e
 	if e.RDev == 0 {
