@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -707,4 +708,56 @@ func TestMigratorReplicatesHotShard(t *testing.T) {
 	if st := tt.tier.Status(); st.Replications != 1 {
 		t.Fatalf("status replications %d, want 1", st.Replications)
 	}
+}
+
+// TestLargeNotStarvedBySmall: with the device kept saturated by small
+// requests (a closed loop of 64 in flight), a large request still
+// completes while the small load goes on: weighted round-robin gives the
+// large class at least one piece per round.
+func TestLargeNotStarvedBySmall(t *testing.T) {
+	m := Model{Lat: 100 * time.Microsecond, Channels: 2, Sector: 512}
+	tt := newTestTier(t, []Model{m}, DefaultSched)
+	rng := rand.New(rand.NewPCG(31, 32))
+	tb, _ := tt.table("t", 50000, 64, format.DtypeF32, rng)
+	lookup := func(rows int, seed uint64, done func()) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		idx := make([]int64, rows)
+		for i := range idx {
+			idx[i] = int64(r.IntN(50000))
+		}
+		req, err := ParseLookup(encode(seed, ModeSum, format.DtypeF32, idx, []int64{0}, nil), tb.Header())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		tb.Lookup(req, func([]byte) { done() })
+	}
+	stop := make(chan struct{})
+	slots := make(chan struct{}, 64)
+	var smallDone sync.WaitGroup
+	var small atomic.Int64
+	go func() {
+		for k := uint64(0); ; k++ {
+			select {
+			case <-stop:
+				return
+			case slots <- struct{}{}:
+			}
+			smallDone.Add(1)
+			lookup(60, k, func() { small.Add(1); <-slots; smallDone.Done() })
+		}
+	}()
+	for small.Load() < 64 { // the small class is saturating the device
+		time.Sleep(time.Millisecond)
+	}
+	largeDone := make(chan int64, 1)
+	lookup(600, 1<<40, func() { largeDone <- small.Load() })
+	select {
+	case atSmall := <-largeDone:
+		t.Logf("large request (600 rows) completed while small requests kept going (%d small done by then)", atSmall)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("a large request did not complete under a saturating small load: starved")
+	}
+	close(stop)
+	smallDone.Wait()
 }
