@@ -331,7 +331,7 @@ func (d *Device) enqueue(class int, ps ...*piece) {
 	d.queues[class] = append(d.queues[class], ps...)
 	d.queued += len(ps)
 	d.qmu.Unlock()
-	for range ps {
+	for range min(len(ps), d.model.Channels) { // more wake-ups than loaders find nothing
 		d.qcond.Signal()
 	}
 }

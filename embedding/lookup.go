@@ -9,6 +9,8 @@ import (
 	"sort"
 	"syscall"
 
+	"go.uber.org/zap"
+
 	"github.com/dnnfs/dnnfs/format"
 )
 
@@ -185,7 +187,7 @@ func EncodeResult(tag uint64, status syscall.Errno, count int, dtype uint8, payl
 }
 
 // Lookup runs a request asynchronously: the rows it names are read once
-// each (deduplicated, block-aligned runs per shard copy) through the
+// each (deduplicated, sector-aligned runs per shard copy) through the
 // scheduler, then gathered or pooled; done receives the encoded result.
 func (t *Table) Lookup(r *LookupRequest, done func(result []byte)) {
 	rb := int(t.rowBytes)
@@ -246,7 +248,7 @@ func (t *Table) Lookup(r *LookupRequest, done func(result []byte)) {
 			l.refs.Add(-1)
 		}
 		if err != nil {
-			t.tier.log.Error("embedding lookup failed", zapErr(err), zapTag(r.Tag))
+			t.tier.log.Error("embedding lookup failed", zap.Uint64("table_ino", uint64(t.in.Ino)), zap.Uint64("tag", r.Tag), zap.Error(err))
 			done(EncodeResult(r.Tag, syscall.EIO, 0, 0, nil))
 			return
 		}

@@ -234,7 +234,7 @@ func (t *Tier) balance() {
 		full float64
 	}
 	var ls []devLoad
-	for _, d := range t.attached() {
+	for _, d := range t.att {
 		b := float64(d.windowBytes.Swap(0))
 		l := b / period.Seconds()
 		if d.model.BW > 0 {

@@ -167,12 +167,13 @@ func (s *scheduler) newRequest(rows, bytes int, onDone func(error)) *request {
 	return r
 }
 
-// dispatch queues the request's pieces on their devices; a request with
-// none completes at once.
+// dispatch queues the request's pieces on their devices. Completion runs
+// on another goroutine even for a request with no pieces, so a submitter
+// may hold its own locks across dispatch.
 func (s *scheduler) dispatch(r *request, ps []*piece) {
 	if len(ps) == 0 {
 		r.started(time.Now())
-		r.finish()
+		go r.finish()
 		return
 	}
 	r.pending.Store(int32(len(ps)))

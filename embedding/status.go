@@ -1,10 +1,6 @@
 package embedding
 
-import (
-	"fmt"
-
-	"go.uber.org/zap"
-)
+import "fmt"
 
 // ClassStatus is one size class.
 type ClassStatus struct {
@@ -84,7 +80,7 @@ func (t *Tier) Status() Status {
 	}
 	t.mu.Unlock()
 	var depth [maxClasses]int
-	for _, d := range t.attached() {
+	for _, d := range t.att {
 		q := d.classDepths()
 		for i := range q {
 			depth[i] += q[i]
@@ -123,7 +119,7 @@ func (t *Tier) ResetStats() {
 		c.bytes.Store(0)
 		c.failed.Store(0)
 	}
-	for _, d := range t.attached() {
+	for _, d := range t.att {
 		d.lat.reset()
 		d.svc.reset()
 		d.readBytes.Store(0)
@@ -131,6 +127,3 @@ func (t *Tier) ResetStats() {
 	}
 	t.useful.Store(0)
 }
-
-func zapErr(err error) zap.Field  { return zap.Error(err) }
-func zapTag(tag uint64) zap.Field { return zap.Uint64("tag", tag) }

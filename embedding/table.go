@@ -1,6 +1,7 @@
 package embedding
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -88,11 +89,9 @@ func (t *Table) readCopy(l *location) (*Device, int64) {
 // shardOf returns the shard of table byte offset off and that shard's
 // first byte.
 func (t *Table) shardOf(off int64) (int, int64) {
-	i := int(uint64(off) / t.rowBytes64() / t.hdr.ShardRows)
+	i := int(uint64(off) / uint64(t.rowBytes) / t.hdr.ShardRows)
 	return i, int64(uint64(i) * t.hdr.ShardRows * uint64(t.rowBytes))
 }
-
-func (t *Table) rowBytes64() uint64 { return uint64(t.rowBytes) }
 
 // span is a byte range of one shard copy.
 type span struct {
@@ -138,7 +137,10 @@ func (t *Table) ReadAt(p []byte, off int64) (int, error) {
 		// Read the sector-aligned cover (O_DIRECT) in pieces of at most
 		// MaxPiece; each copies its overlap out.
 		if d == nil {
-			continue // startAsync fails the request
+			for _, l := range pins {
+				l.refs.Add(-1)
+			}
+			return 0, fmt.Errorf("shard %d: %w", s.shard, ErrNoTier)
 		}
 		sec := d.sector
 		a := devOff / sec * sec

@@ -79,8 +79,10 @@ type Tier struct {
 	weight Weights
 	shardB int64
 
+	devs []*Device // index DevID-1; nil for a registered device not given (fixed at Open)
+	att  []*Device // the attached devices (fixed at Open)
+
 	mu     sync.Mutex
-	devs   []*Device // index DevID-1; nil for a registered device not given
 	tables map[pool.Ino]*Table
 
 	useful atomic.Uint64 // bytes callers asked for (reads, lookups)
@@ -156,6 +158,11 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 	t.devs = make([]*Device, len(reg))
 	for _, d := range opened {
 		t.devs[d.ID-1] = d
+	}
+	for _, d := range t.devs {
+		if d != nil {
+			t.att = append(t.att, d)
+		}
 	}
 	if err := t.loadTables(reg); err != nil {
 		return fail(err)
@@ -261,19 +268,6 @@ func (t *Tier) dev(id format.DevID) *Device {
 	return t.devs[id-1]
 }
 
-// Devices returns the attached devices.
-func (t *Tier) attached() []*Device {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var ds []*Device
-	for _, d := range t.devs {
-		if d != nil {
-			ds = append(ds, d)
-		}
-	}
-	return ds
-}
-
 // Table returns the DRAM table of a table inode.
 func (t *Tier) Table(in *pool.Inode) (*Table, bool) {
 	t.mu.Lock()
@@ -299,7 +293,7 @@ func (t *Tier) CreateTable(in *pool.Inode, rows uint64, dim uint32, dtype uint8,
 	if err != nil {
 		return fmt.Errorf("%w: %v", pool.ErrInvalid, err)
 	}
-	if len(t.attached()) == 0 {
+	if len(t.att) == 0 {
 		return ErrNoTier
 	}
 	es := make([]format.ShardEntry, hdr.Shards)
@@ -334,7 +328,7 @@ func (t *Tier) CreateTable(in *pool.Inode, rows uint64, dim uint32, dtype uint8,
 // shards per device so far (placed of them); devices in exclude are
 // skipped.
 func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclude ...format.DevID) (*Device, int64, bool) {
-	ds := t.attached()
+	ds := t.att
 	var maxFree, maxBW float64
 	for _, d := range ds {
 		maxFree = max(maxFree, float64(d.space.freeBytes()))
@@ -423,7 +417,7 @@ func (t *Tier) startAsync(rows, bytes int, ps []*piece, onDone func(error)) {
 // written since the last Sync).
 func (t *Tier) Sync() error {
 	var errs []error
-	for _, d := range t.attached() {
+	for _, d := range t.att {
 		if d.dirty.Swap(false) {
 			if err := d.io.Sync(); err != nil {
 				d.dirty.Store(true)
@@ -438,7 +432,7 @@ func (t *Tier) Sync() error {
 func (t *Tier) Close() error {
 	t.mig.stop()
 	err := t.Sync()
-	for _, d := range t.attached() {
+	for _, d := range t.att {
 		d.close()
 	}
 	return err

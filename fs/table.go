@@ -357,6 +357,11 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 		h.log.Warn("bad embedding lookup request", zap.Uint64("table_ino", uint64(l.table.Ino)), zap.Error(err))
 		return 0, syscall.EINVAL
 	}
+	if off == 0 && h.asm == nil && embedding.RequestLength(data) == uint64(len(data)) {
+		// The common case: the whole request in one chunk. Parse it in
+		// place; only a request split over chunks is copied to reassemble.
+		return l.submit(h, data, bad)
+	}
 	switch {
 	case off == 0:
 		if h.asm != nil {
@@ -383,8 +388,14 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 	case uint64(len(h.asm)) < total:
 		return uint32(len(data)), 0
 	}
-	req, err := embedding.ParseLookup(h.asm, h.tb.Header())
+	req := h.asm
 	h.asm = nil
+	return l.submit(h, req, bad)
+}
+
+// submit (h.mu held) parses a whole request and hands it to the scheduler.
+func (l *lookupNode) submit(h *lookupHandle, b []byte, bad func(error) (uint32, syscall.Errno)) (uint32, syscall.Errno) {
+	req, err := embedding.ParseLookup(b, h.tb.Header())
 	if err != nil {
 		return bad(err)
 	}
@@ -393,12 +404,8 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 		return 0, syscall.EAGAIN
 	}
 	h.inflight++
-	// Submitted without h.mu: a request with nothing to read completes
-	// at once, and completion takes h.mu.
-	h.mu.Unlock()
-	h.tb.Lookup(req, h.complete)
-	h.mu.Lock()
-	return uint32(len(data)), 0
+	h.tb.Lookup(req, h.complete) // completes on another goroutine (it takes h.mu)
+	return uint32(len(b)), 0
 }
 
 func (h *lookupHandle) complete(res []byte) {

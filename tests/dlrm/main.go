@@ -349,24 +349,22 @@ type stream struct {
 }
 
 type streamResult struct {
-	Name         string  `json:"name"`
-	Batch        int     `json:"batch"`
-	Skew         string  `json:"skew"`
-	Offered      float64 `json:"offered_req_s"`
-	Achieved     float64 `json:"achieved_req_s"`
-	RowsPerS     float64 `json:"rows_s"`
-	BagsPerS     float64 `json:"bags_s"`
-	MeanRows     float64 `json:"mean_rows_per_request"`
-	P50, P99     float64 `json:"-"`
-	P50us        float64 `json:"p50_us"`
-	P99us        float64 `json:"p99_us"`
-	P999us       float64 `json:"p999_us"`
-	Completed    int     `json:"completed"`
-	Errors       int     `json:"errors"`
-	Checked      int     `json:"checked"`
-	Backlog      int     `json:"unfinished"`
-	Saturated    bool    `json:"saturated"`
-	RequestClass string  `json:"-"`
+	Name      string  `json:"name"`
+	Batch     int     `json:"batch"`
+	Skew      string  `json:"skew"`
+	Offered   float64 `json:"offered_req_s"`
+	Achieved  float64 `json:"achieved_req_s"`
+	RowsPerS  float64 `json:"rows_s"`
+	BagsPerS  float64 `json:"bags_s"`
+	MeanRows  float64 `json:"mean_rows_per_request"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	P999us    float64 `json:"p999_us"`
+	Completed int     `json:"completed"`
+	Errors    int     `json:"errors"`
+	Checked   int     `json:"checked"`
+	Backlog   int     `json:"unfinished"`
+	Saturated bool    `json:"saturated"`
 }
 
 type point struct {
