@@ -67,7 +67,7 @@ var (
 	_ = (gofs.NodeOpendirHandler)((*node)(nil))
 )
 
-// Root returns the root node for gofs.Mount.
+// Root returns the root node for Mount.
 func Root(p *pool.FS, opts Options) gofs.InodeEmbedder {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()

@@ -303,7 +303,8 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 }
 
 // stageDropLinkLocked stages one fewer link to child: freed now if no
-// links and no opens remain, else kept (an orphan while open).
+// links, opens or kernel references remain, else kept (an orphan, on the
+// persistent orphan set, until the last of them goes; see FreeIfUnused).
 func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) (freed bool) {
 	if nd.Nlink > 0 {
 		nd.Nlink--
@@ -312,7 +313,7 @@ func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) 
 		nd.Nlink = 0 // a removed directory has no links left, "." included
 	}
 	nd.Ctime = now
-	if nd.Nlink > 0 || child.opens > 0 {
+	if nd.Nlink > 0 || child.inUseLocked() {
 		if nd.Nlink == 0 {
 			nd.Flags |= format.InodeOrphan
 		}

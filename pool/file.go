@@ -561,19 +561,56 @@ func (fs *FS) Setattr(in *Inode, sa SetAttr) error {
 	return c.commit()
 }
 
-// Opened counts an open handle; Released drops one and frees an unlinked
-// file with its last handle.
+// Opened counts an open handle; Released drops one. An unlinked inode
+// lives while a handle or a kernel reference remains (see KernelRef).
 func (fs *FS) Opened(in *Inode) {
 	in.mu.Lock()
 	in.opens++
 	in.mu.Unlock()
 }
 
-// Released drops an open handle.
+// Released drops an open handle and frees the inode if it was the last
+// thing keeping an unlinked file alive.
 func (fs *FS) Released(in *Inode) error {
 	in.mu.Lock()
 	in.opens--
-	orphan := in.opens == 0 && in.d.Nlink == 0
+	in.mu.Unlock()
+	return fs.freeIfUnused(in)
+}
+
+// KernelRef records one more kernel reference to in: a FUSE node ID the
+// kernel was handed (LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK,
+// READDIRPLUS replies) and will release with FORGET. While the kernel
+// holds one, it may still reach the inode without a name (an O_PATH
+// descriptor, /proc/self/fd/N, the cwd, a file handle), so an unlinked
+// inode is kept, data and number, until KernelForget drops the last
+// reference (README, "File lifetime").
+func (fs *FS) KernelRef(in *Inode) {
+	in.mu.Lock()
+	in.krefs++
+	in.mu.Unlock()
+}
+
+// KernelForget drops a kernel reference taken by KernelRef; an unlinked
+// inode with no open handles left is freed with the last one.
+func (fs *FS) KernelForget(in *Inode) error {
+	in.mu.Lock()
+	if in.krefs > 0 {
+		in.krefs--
+	}
+	in.mu.Unlock()
+	return fs.freeIfUnused(in)
+}
+
+// inUseLocked reports whether anything but a name still reaches in.
+func (in *Inode) inUseLocked() bool { return in.opens > 0 || in.krefs > 0 }
+
+// freeIfUnused frees in if it has no links, handles or kernel references
+// left. The slot stays marked orphan on media until then, so a crash in
+// between leaves it for the next mount to free.
+func (fs *FS) freeIfUnused(in *Inode) error {
+	in.mu.Lock()
+	orphan := !in.inUseLocked() && in.d.Nlink == 0
 	in.mu.Unlock()
 	if !orphan {
 		return nil
@@ -581,9 +618,9 @@ func (fs *FS) Released(in *Inode) error {
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
 	in.mu.Lock()
-	still := in.opens == 0 && in.d.Nlink == 0 && fs.Inode(in.Ino) == in
+	still := !in.inUseLocked() && in.d.Nlink == 0 && fs.Inode(in.Ino) == in
 	in.mu.Unlock()
-	if !still {
+	if !still || fs.closed.Load() {
 		return nil
 	}
 	if err := fs.freeInode(in); err != nil {

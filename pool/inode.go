@@ -39,6 +39,7 @@ type Inode struct {
 	dir         *dirIndex       // directories only
 	parent      Ino             // directories only: the one directory that names it
 	opens       int             // open handles (FUSE opens)
+	krefs       int             // kernel references: FUSE node IDs the kernel holds for this inode (see KernelRef)
 	dirty       []format.Extent // pool block ranges written since the last fsync (Phys, Len)
 	allDirty    bool            // too many ranges: flush every extent
 	timesDirty  bool            // d's times changed in DRAM only

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -215,7 +214,7 @@ func runMount(args []string) error {
 	// would otherwise kill the daemon and leave a dead mount behind.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	server, err := gofs.Mount(mnt, root, opts)
+	server, err := dfs.Mount(mnt, root, p, opts, log)
 	if err != nil {
 		closeTier()
 		p.Close()
