@@ -76,7 +76,15 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 		return n.tableWrite(data, off)
 	}
 	h, _ := fh.(*handle)
-	k, err := n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
+	var k int
+	var err error
+	_ = n.p.RetryNoSpace(func() error {
+		k, err = n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
+		if k > 0 {
+			return nil // wrote something: not retried, reported as it is
+		}
+		return err
+	})
 	if err != nil {
 		e := errno(err)
 		if e == syscall.EIO {
@@ -89,7 +97,7 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 }
 
 func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	return n.fail("fallocate", n.p.Fallocate(n.in, off, size, mode))
+	return n.fail("fallocate", n.p.RetryNoSpace(func() error { return n.p.Fallocate(n.in, off, size, mode) }))
 }
 
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }

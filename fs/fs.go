@@ -194,7 +194,11 @@ func (n *node) fail(op string, err error) syscall.Errno {
 
 func (n *node) create(ctx context.Context, name string, mode uint32, target string, out *fuse.EntryOut) (*gofs.Inode, *pool.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
-	in, err := n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target})
+	var in *pool.Inode
+	err := n.p.RetryNoSpace(func() (err error) {
+		in, err = n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target})
+		return err
+	})
 	if err != nil {
 		return nil, nil, n.fail("create", err)
 	}
@@ -233,7 +237,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	if err := n.p.Link(t.in, n.in, name); err != nil {
+	if err := n.p.RetryNoSpace(func() error { return n.p.Link(t.in, n.in, name) }); err != nil {
 		return nil, n.fail("link", err)
 	}
 	return n.child(ctx, t.in, out), 0
@@ -325,7 +329,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if _, ok := n.virtualXattr(attr); ok {
 		return syscall.EPERM // computed, not stored
 	}
-	return n.fail("setxattr", n.p.Setxattr(n.in, attr, data, flags))
+	return n.fail("setxattr", n.p.RetryNoSpace(func() error { return n.p.Setxattr(n.in, attr, data, flags) }))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {

@@ -479,7 +479,11 @@ func (fs *FS) freeInode(in *Inode) error {
 	defer in.mu.Unlock()
 	c := fs.begin()
 	c.stageFreeInodeLocked(in)
-	return c.commit()
+	if err := c.commit(); err != nil {
+		return err
+	}
+	fs.freed.broadcast()
+	return nil
 }
 
 // stageFreeInodeLocked stages clearing in's slot and freeing everything

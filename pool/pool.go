@@ -90,6 +90,7 @@ type FS struct {
 	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
 	tableFreed TableFreed          // see SetTableFreed
 
+	freed  broadcaster // signalled after each inode is freed (see RetryNoSpace)
 	closed atomic.Bool
 	// Counters for status.
 	stats Stats
