@@ -92,6 +92,9 @@ func TestNameLimits(t *testing.T) {
 	ref := tmpfsDir(t)
 	mnt := fs.Path()
 	n255, n256 := strings.Repeat("a", 255), strings.Repeat("b", 256)
+	if a, b := statfs(t, mnt).Namelen, statfs(t, ref).Namelen; a != b {
+		t.Errorf("statfs f_namelen: dnnfs %d, tmpfs %d", a, b)
+	}
 	for _, c := range []struct {
 		what string
 		want unix.Errno
