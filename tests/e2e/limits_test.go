@@ -62,7 +62,7 @@ func TestXattrLimits(t *testing.T) {
 	})
 	for _, root := range []string{mnt, ref} {
 		f := filepath.Join(root, "f")
-		if n, err := unix.Getxattr(f, "user.max", nil); err != nil || n != 65536 {
+		if n, err := retryN(func() (int, error) { return unix.Getxattr(f, "user.max", nil) }); err != nil || n != 65536 {
 			t.Errorf("%s: size query of the 65536-byte value: %d, %v", root, n, err)
 		}
 		v, err := getXattr(f, "user.max")
@@ -128,18 +128,18 @@ func TestNameLimits(t *testing.T) {
 	comp := strings.Repeat("c", 200)
 	depth := 4096/len(comp) + 2
 	for _, r := range []string{mnt, ref} {
-		dfd, err := unix.Open(r, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		dfd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
 		must(t, err)
 		for i := 0; i < depth; i++ {
 			must(t, retry(func() error { return unix.Mkdirat(dfd, comp, 0o755) }))
-			next, err := unix.Openat(dfd, comp, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			next, err := retryN(func() (int, error) { return unix.Openat(dfd, comp, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
 			must(t, err)
 			unix.Close(dfd)
 			dfd = next
 		}
-		fd, err := unix.Openat(dfd, "leaf", unix.O_CREAT|unix.O_WRONLY, 0o644)
+		fd, err := retryN(func() (int, error) { return unix.Openat(dfd, "leaf", unix.O_CREAT|unix.O_WRONLY, 0o644) })
 		must(t, err)
-		_, err = unix.Write(fd, []byte("deep"))
+		_, err = retryN(func() (int, error) { return unix.Write(fd, []byte("deep")) })
 		must(t, err)
 		unix.Close(fd)
 		unix.Close(dfd)
@@ -150,19 +150,19 @@ func TestNameLimits(t *testing.T) {
 		return err
 	})
 	fs = fs.Remount(t)
-	dfd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	dfd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
 	must(t, err)
 	defer func() { unix.Close(dfd) }()
 	for i := 0; i < depth; i++ {
-		next, err := unix.Openat(dfd, comp, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		next, err := retryN(func() (int, error) { return unix.Openat(dfd, comp, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
 		must(t, err)
 		unix.Close(dfd)
 		dfd = next
 	}
-	fd, err := unix.Openat(dfd, "leaf", unix.O_RDONLY, 0)
+	fd, err := retryN(func() (int, error) { return unix.Openat(dfd, "leaf", unix.O_RDONLY, 0) })
 	must(t, err)
 	b := make([]byte, 10)
-	n, _ := unix.Read(fd, b)
+	n, _ := retryN(func() (int, error) { return unix.Read(fd, b) })
 	unix.Close(fd)
 	if string(b[:n]) != "deep" {
 		t.Errorf("deep leaf after remount reads %q", b[:n])
@@ -181,7 +181,7 @@ func TestTmpfile(t *testing.T) {
 	mnt := fs.Path()
 	data := randBytes(11, 300000)
 	for _, r := range []string{ref, mnt} {
-		fd, err := unix.Open(r, unix.O_TMPFILE|unix.O_RDWR, 0o640)
+		fd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_RDWR, 0o640) })
 		if err != nil {
 			t.Fatalf("O_TMPFILE in %s: %v", r, err)
 		}
@@ -203,7 +203,7 @@ func TestTmpfile(t *testing.T) {
 		wantBytes(t, r+": published tmpfile", readFile(t, filepath.Join(r, "published")), data)
 
 		// AT_EMPTY_PATH publishes too.
-		fd, err = unix.Open(r, unix.O_TMPFILE|unix.O_WRONLY, 0o600)
+		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_WRONLY, 0o600) })
 		must(t, err)
 		pwriteFull(t, fd, []byte("second"), 0)
 		must(t, retry(func() error {
@@ -213,7 +213,7 @@ func TestTmpfile(t *testing.T) {
 		wantBytes(t, r+": second tmpfile", readFile(t, filepath.Join(r, "second")), []byte("second"))
 
 		// O_EXCL: never linkable (the kernel refuses).
-		fd, err = unix.Open(r, unix.O_TMPFILE|unix.O_EXCL|unix.O_RDWR, 0o600)
+		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_EXCL|unix.O_RDWR, 0o600) })
 		must(t, err)
 		err = retry(func() error {
 			return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, filepath.Join(r, "excl"), unix.AT_SYMLINK_FOLLOW)
@@ -224,7 +224,7 @@ func TestTmpfile(t *testing.T) {
 
 	// An unlinked tmpfile's blocks are freed with its last descriptor.
 	free := statfs(t, mnt).Bfree
-	fd, err := unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	fd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600) })
 	must(t, err)
 	pwriteFull(t, fd, make([]byte, 4<<20), 0)
 	if statfs(t, mnt).Bfree >= free {
@@ -236,7 +236,7 @@ func TestTmpfile(t *testing.T) {
 	}
 
 	// Crash with a tmpfile open: the next mount frees it.
-	fd, err = unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	fd, err = retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600) })
 	must(t, err)
 	pwriteFull(t, fd, make([]byte, 4<<20), 0)
 	fs.Kill(t)
