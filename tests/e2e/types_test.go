@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -152,17 +154,31 @@ func TestSpecialFiles(t *testing.T) {
 		var out bytes.Buffer
 		cat.Stdout = &out
 		must(t, cat.Start())
-		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			cat.Process.Kill()
-			cat.Wait()
-			t.Fatalf("open the FIFO for writing: %v", err)
+		catDone := make(chan error, 1)
+		go func() { catDone <- cat.Wait() }()
+		// Non-blocking open: ENXIO until cat has the read end, so a cat
+		// that fails cannot leave the test blocked in open.
+		var w *os.File
+		for {
+			var err error
+			if w, err = os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				break
+			}
+			if !errors.Is(err, unix.ENXIO) {
+				cat.Process.Kill()
+				t.Fatalf("open the FIFO for writing: %v (cat: %v)", err, <-catDone)
+			}
+			select {
+			case err := <-catDone:
+				t.Fatalf("cat exited before opening the FIFO: %v", err)
+			case <-time.After(time.Millisecond):
+			}
 		}
 		msg := bytes.Repeat([]byte("through the pipe\n"), 10000) // more than a pipe buffer
-		_, err = w.Write(msg)
+		_, err := w.Write(msg)
 		w.Close()
 		must(t, err)
-		if err := cat.Wait(); err != nil {
+		if err := <-catDone; err != nil {
 			t.Fatalf("cat %s: %v", fifo, err)
 		}
 		wantBytes(t, "bytes read from the FIFO", out.Bytes(), msg)
