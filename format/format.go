@@ -291,6 +291,7 @@ const (
 	INXattr       = 64  // u64 Blk of the first block of the xattr region, 0 = none
 	INOverflow    = 72  // u64 Blk of the first extent overflow block, 0 = none
 	INExtentCount = 80  // u32 extents in total (inline + overflow)
+	INRdev        = 84  // u32 device number (FUSE's 32-bit encoding) of a character or block device, else 0
 	INInline      = 88  // InlineExtents x ExtentSize
 	INSession     = 184 // 72 bytes reserved for the segmented-I/O session (Process_num, F_flag, F_log_addr)
 	InlineExtents = 4
@@ -315,6 +316,10 @@ const (
 	ModeReg  uint32 = 0o100000
 	ModeDir  uint32 = 0o040000
 	ModeLnk  uint32 = 0o120000
+	ModeFifo uint32 = 0o010000
+	ModeChr  uint32 = 0o020000
+	ModeBlk  uint32 = 0o060000
+	ModeSock uint32 = 0o140000
 	ModePerm uint32 = 0o7777
 )
 
@@ -360,6 +365,7 @@ type Inode struct {
 	Xattr    Blk
 	Overflow Blk
 	Extents  uint32 // total extent count
+	Rdev     uint32 // character and block devices only
 	Inline   [InlineExtents]Extent
 	Session  [InodeSize - INSession]byte
 }
@@ -368,6 +374,19 @@ type Inode struct {
 func (in *Inode) IsDir() bool     { return in.Mode&ModeType == ModeDir }
 func (in *Inode) IsReg() bool     { return in.Mode&ModeType == ModeReg }
 func (in *Inode) IsSymlink() bool { return in.Mode&ModeType == ModeLnk }
+
+// IsSpecial reports a FIFO, socket or device node: an inode with no data.
+func (in *Inode) IsSpecial() bool { return IsSpecialMode(in.Mode) }
+
+// IsSpecialMode reports whether mode's file type is a FIFO, socket or
+// character or block device.
+func IsSpecialMode(mode uint32) bool {
+	switch mode & ModeType {
+	case ModeFifo, ModeSock, ModeChr, ModeBlk:
+		return true
+	}
+	return false
+}
 
 // Encode writes the inode into b (InodeSize bytes) with its checksum.
 func (in *Inode) Encode(b []byte) {
@@ -386,6 +405,7 @@ func (in *Inode) Encode(b []byte) {
 	le.PutUint64(b[INXattr:], uint64(in.Xattr))
 	le.PutUint64(b[INOverflow:], uint64(in.Overflow))
 	le.PutUint32(b[INExtentCount:], in.Extents)
+	le.PutUint32(b[INRdev:], in.Rdev)
 	for i, e := range in.Inline {
 		encodeExtent(b[INInline+i*ExtentSize:], e)
 	}
@@ -430,12 +450,13 @@ func DecodeInode(b []byte) (Inode, error) {
 	in.Xattr = Blk(le.Uint64(b[INXattr:]))
 	in.Overflow = Blk(le.Uint64(b[INOverflow:]))
 	in.Extents = le.Uint32(b[INExtentCount:])
+	in.Rdev = le.Uint32(b[INRdev:])
 	for i := range in.Inline {
 		in.Inline[i] = decodeExtent(b[INInline+i*ExtentSize:])
 	}
 	copy(in.Session[:], b[INSession:])
 	switch in.Mode & ModeType {
-	case ModeReg, ModeDir, ModeLnk:
+	case ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk:
 	default:
 		return in, fmt.Errorf("inode: %w: file type %#o", ErrCorrupt, in.Mode&ModeType)
 	}
@@ -507,9 +528,13 @@ const (
 
 // Dirent types (Linux DT_*).
 const (
-	DTDir uint8 = 4
-	DTReg uint8 = 8
-	DTLnk uint8 = 10
+	DTFifo uint8 = 1
+	DTChr  uint8 = 2
+	DTDir  uint8 = 4
+	DTBlk  uint8 = 6
+	DTReg  uint8 = 8
+	DTLnk  uint8 = 10
+	DTSock uint8 = 12
 )
 
 // DTOf returns the dirent type for an inode mode.
@@ -519,8 +544,35 @@ func DTOf(mode uint32) uint8 {
 		return DTDir
 	case ModeLnk:
 		return DTLnk
+	case ModeFifo:
+		return DTFifo
+	case ModeChr:
+		return DTChr
+	case ModeBlk:
+		return DTBlk
+	case ModeSock:
+		return DTSock
 	}
 	return DTReg
+}
+
+// ModeOfDT is the file type bits of a dirent type (DTOf's inverse).
+func ModeOfDT(t uint8) uint32 {
+	switch t {
+	case DTDir:
+		return ModeDir
+	case DTLnk:
+		return ModeLnk
+	case DTFifo:
+		return ModeFifo
+	case DTChr:
+		return ModeChr
+	case DTBlk:
+		return ModeBlk
+	case DTSock:
+		return ModeSock
+	}
+	return ModeReg
 }
 
 // Dirent is a decoded directory entry.
@@ -590,10 +642,13 @@ const (
 	XABlocks  = 6  // u16 blocks in the region
 	XAUsed    = 8  // u32 bytes of entries after the header
 	XAEntries = 12 // first entry
-	// Entry: u8 name length, u8 reserved, u16 value length, name, value.
+	// Entry: u8 name length, u8 value length bits 16..23, u16 value
+	// length bits 0..15, name, value. The high byte was reserved (zero)
+	// before values could reach the kernel's 65536-byte limit.
 	XAEntryHeader = 4
-	XAMaxBlocks   = 17 // room for one 65535-byte value with its name
-	XAMaxValue    = 65535
+	XAMaxBlocks   = 17 // room for one 65536-byte value with its name
+	XAMaxValue    = 65536
+	XAMaxName     = 255
 )
 
 // Xattr is one extended attribute.
@@ -623,6 +678,7 @@ func EncodeXattrs(b []byte, xs []Xattr) {
 	p := XAEntries
 	for _, x := range xs {
 		b[p] = uint8(len(x.Name))
+		b[p+1] = uint8(len(x.Value) >> 16)
 		le.PutUint16(b[p+2:], uint16(len(x.Value)))
 		p += XAEntryHeader
 		p += copy(b[p:], x.Name)
@@ -668,9 +724,9 @@ func DecodeXattrs(b []byte) ([]Xattr, error) {
 		if p+XAEntryHeader > end {
 			return nil, fmt.Errorf("xattr region: %w: entry %d past the end", ErrCorrupt, i)
 		}
-		nl, vl := int(b[p]), int(le.Uint16(b[p+2:]))
+		nl, vl := int(b[p]), int(b[p+1])<<16|int(le.Uint16(b[p+2:]))
 		p += XAEntryHeader
-		if nl == 0 || p+nl+vl > end {
+		if nl == 0 || vl > XAMaxValue || p+nl+vl > end {
 			return nil, fmt.Errorf("xattr region: %w: entry %d length", ErrCorrupt, i)
 		}
 		x := Xattr{Name: string(b[p : p+nl]), Value: append([]byte{}, b[p+nl:p+nl+vl]...)}

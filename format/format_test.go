@@ -89,7 +89,7 @@ var docStructs = map[string]struct {
 		{INXattr, 8, "xattr"},
 		{INOverflow, 8, "overflow"},
 		{INExtentCount, 4, "extent count"},
-		{INExtentCount + 4, INInline - (INExtentCount + 4), "reserved"},
+		{INRdev, 4, "rdev"},
 		{INInline, InlineExtents * ExtentSize, "inline extents"},
 		{INProcessNum, 4, "process num"},
 		{INFFlag, 4, "F_flag"},
@@ -200,7 +200,7 @@ var docStructs = map[string]struct {
 	}},
 	"xattr entry": {XAEntryHeader, []docRow{
 		{0, 1, "name length"},
-		{1, 1, "reserved"},
+		{1, 1, "value length high"},
 		{2, 2, "value length"},
 		{XAEntryHeader, -1, "name"},
 	}},
@@ -390,12 +390,12 @@ func TestFormatDocFieldsAreWhereEncodersPutThem(t *testing.T) {
 		}
 	}
 	in := Inode{Mode: ModeReg | 0o640, UID: 3, GID: 4, Nlink: 5, Flags: 1, Size: 6, Gen: 7, Atime: 8,
-		Mtime: 9, Ctime: 10, Xattr: 11, Overflow: 12, Extents: 13}
+		Mtime: 9, Ctime: 10, Xattr: 11, Overflow: 12, Extents: 13, Rdev: 14}
 	b = make([]byte, InodeSize)
 	in.Encode(b)
 	for field, want := range map[string]uint64{"mode": uint64(in.Mode), "uid": 3, "gid": 4, "nlink": 5,
 		"flags": 1, "size": 6, "generation": 7, "atime": 8, "mtime": 9, "ctime": 10, "xattr": 11,
-		"overflow": 12, "extent count": 13, "crc": uint64(Checksum(b[4:]))} {
+		"overflow": 12, "extent count": 13, "rdev": 14, "crc": uint64(Checksum(b[4:]))} {
 		if got := read(b, "inode", field); got != want {
 			t.Errorf("inode %s: %d at the documented offset, want %d", field, got, want)
 		}
@@ -576,7 +576,8 @@ func TestSuperblockRoundTrip(t *testing.T) {
 }
 
 func randInode(r *rand.Rand) Inode {
-	in := Inode{Mode: []uint32{ModeReg, ModeDir, ModeLnk}[r.IntN(3)] | r.Uint32N(ModePerm+1),
+	types := []uint32{ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk}
+	in := Inode{Mode: types[r.IntN(len(types))] | r.Uint32N(ModePerm+1), Rdev: r.Uint32(),
 		UID: r.Uint32(), GID: r.Uint32(), Nlink: r.Uint32(), Flags: r.Uint32(), Size: r.Uint64N(1<<62 + 1),
 		Gen: r.Uint64(), Atime: r.Int64(), Mtime: -r.Int64(), Ctime: r.Int64(), Xattr: Blk(r.Uint64()),
 		Overflow: Blk(r.Uint64()), Extents: r.Uint32()}
@@ -611,7 +612,7 @@ func TestInodeRoundTrip(t *testing.T) {
 	if _, err := DecodeInode(make([]byte, InodeSize-1)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("short: %v", err)
 	}
-	for _, in := range []Inode{{Mode: 0o644}, {Mode: 0o010644}, {Mode: ModeReg, Size: 1<<62 + 1}} {
+	for _, in := range []Inode{{Mode: 0o644}, {Mode: 0o030644}, {Mode: 0o170644}, {Mode: ModeReg, Size: 1<<62 + 1}} {
 		in.Encode(b)
 		if _, err := DecodeInode(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%+v: %v", in, err)
@@ -620,6 +621,18 @@ func TestInodeRoundTrip(t *testing.T) {
 	in := Inode{Mode: ModeDir | 0o755}
 	if !in.IsDir() || in.IsReg() || in.IsSymlink() || DTOf(in.Mode) != DTDir || DTOf(ModeLnk) != DTLnk || DTOf(ModeReg) != DTReg {
 		t.Error("type helpers")
+	}
+	for _, c := range []struct {
+		mode uint32
+		dt   uint8
+	}{{ModeFifo, 1}, {ModeChr, 2}, {ModeDir, 4}, {ModeBlk, 6}, {ModeReg, 8}, {ModeLnk, 10}, {ModeSock, 12}} {
+		if DTOf(c.mode|0o644) != c.dt || ModeOfDT(c.dt) != c.mode {
+			t.Errorf("mode %#o: DT %d, want %d; back %#o", c.mode, DTOf(c.mode), c.dt, ModeOfDT(c.dt))
+		}
+		in := Inode{Mode: c.mode}
+		if in.IsSpecial() != (c.mode != ModeReg && c.mode != ModeDir && c.mode != ModeLnk) {
+			t.Errorf("mode %#o: IsSpecial %v", c.mode, in.IsSpecial())
+		}
 	}
 }
 
@@ -722,6 +735,26 @@ func TestXattrsRoundTrip(t *testing.T) {
 		}
 		if _, err := DecodeXattrs(b[:len(b)-1]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("short: %v", err)
+		}
+	}
+	// A 65536-byte value sets the high length byte; shorter ones leave it
+	// zero, as pools written before it existed have it.
+	for _, vl := range []int{XAMaxValue, XAMaxValue - 1} {
+		xs := []Xattr{{Name: "user.v", Value: bytes.Repeat([]byte{3}, vl)}}
+		b := make([]byte, XattrBlocks(xs)*BlockSize)
+		EncodeXattrs(b, xs)
+		if hi, lo := b[XAEntries+1], le.Uint16(b[XAEntries+2:]); int(hi)<<16|int(lo) != vl || (vl < 1<<16) != (hi == 0) {
+			t.Errorf("value of %d bytes: length bytes %d, %d", vl, hi, lo)
+		}
+	}
+	{
+		xs := []Xattr{{Name: "user.v", Value: make([]byte, 3*BlockSize)}}
+		b := make([]byte, XattrBlocks(xs)*BlockSize)
+		EncodeXattrs(b, xs)
+		b[XAEntries+1] = 2 // a value over 65536 bytes cannot be
+		le.PutUint32(b[XACRC:], Checksum(b[4:]))
+		if _, err := DecodeXattrs(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("value length over the maximum: %v", err)
 		}
 	}
 	if XattrBlocks([]Xattr{{Name: "a", Value: make([]byte, XAMaxValue)}, {Name: "b", Value: make([]byte, XAMaxValue)}}) != 0 {

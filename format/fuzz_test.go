@@ -72,6 +72,8 @@ func FuzzDecodeInode(f *testing.F) {
 	f.Add(bytes.Clone(b), false)
 	(&Inode{Mode: ModeDir | 0o755, Nlink: 2, Size: BlockSize, Xattr: 9, Overflow: 10, Extents: 200}).Encode(b)
 	f.Add(bytes.Clone(b), false)
+	(&Inode{Mode: ModeChr | 0o600, Nlink: 1, Rdev: 1<<8 | 3}).Encode(b)
+	f.Add(bytes.Clone(b), false)
 	f.Add(b[:INInline], true)
 	f.Add(make([]byte, InodeSize), false)
 	f.Add([]byte("short"), false)
@@ -83,8 +85,7 @@ func FuzzDecodeInode(f *testing.F) {
 		if err != nil || IsZero(b[:InodeSize]) {
 			return
 		}
-		canon := bytes.Clone(b[:InodeSize])
-		clear(canon[INExtentCount+4 : INInline])
+		canon := bytes.Clone(b[:InodeSize]) // every byte is a field (rdev took the last reserved ones)
 		le.PutUint32(canon[INCRC:], Checksum(canon[4:]))
 		got := make([]byte, InodeSize)
 		in.Encode(got)
@@ -175,6 +176,7 @@ func FuzzDecodeXattrs(f *testing.F) {
 		nil,
 		{{Name: "user.a", Value: []byte("1")}, {Name: "user.bb", Value: nil}},
 		{{Name: "user.big", Value: bytes.Repeat([]byte{5}, 5000)}},
+		{{Name: "user.max", Value: bytes.Repeat([]byte{6}, XAMaxValue)}},
 	} {
 		b := make([]byte, XattrBlocks(xs)*BlockSize)
 		EncodeXattrs(b, xs)
@@ -199,7 +201,6 @@ func FuzzDecodeXattrs(f *testing.F) {
 		canon := bytes.Clone(b[:nb*BlockSize])
 		p := XAEntries
 		for _, x := range xs {
-			canon[p+1] = 0 // reserved
 			p += XAEntryHeader + len(x.Name) + len(x.Value)
 		}
 		clear(canon[p:])

@@ -44,6 +44,7 @@ var (
 	_ = (gofs.NodeGetattrer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
 	_ = (gofs.NodeCreater)((*node)(nil))
+	_ = (gofs.NodeTmpfiler)((*node)(nil))
 	_ = (gofs.NodeMknoder)((*node)(nil))
 	_ = (gofs.NodeMkdirer)((*node)(nil))
 	_ = (gofs.NodeSymlinker)((*node)(nil))
@@ -111,6 +112,7 @@ func fillAttr(a *pool.Attr, out *fuse.Attr) {
 	out.Ino = uint64(a.Ino)
 	out.Mode = a.Mode
 	out.Nlink = a.Nlink
+	out.Rdev = a.Rdev
 	out.Uid, out.Gid = a.UID, a.GID
 	out.Size = a.Size
 	out.Blocks = a.Blocks
@@ -192,11 +194,11 @@ func (n *node) fail(op string, err error) syscall.Errno {
 	return e
 }
 
-func (n *node) create(ctx context.Context, name string, mode uint32, target string, out *fuse.EntryOut) (*gofs.Inode, *pool.Inode, syscall.Errno) {
+func (n *node) create(ctx context.Context, name string, mode uint32, target string, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, *pool.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
 	var in *pool.Inode
 	err := n.p.RetryNoSpace(func() (err error) {
-		in, err = n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target})
+		in, err = n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target, Rdev: rdev})
 		return err
 	})
 	if err != nil {
@@ -206,7 +208,7 @@ func (n *node) create(ctx context.Context, name string, mode uint32, target stri
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ch, in, e := n.create(ctx, name, format.ModeReg|mode&format.ModePerm, "", out)
+	ch, in, e := n.create(ctx, name, format.ModeReg|mode&format.ModePerm, "", 0, out)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
@@ -214,21 +216,40 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	return ch, fh, fl, 0
 }
 
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if mode&format.ModeType != format.ModeReg {
-		return nil, syscall.EPERM // devices, fifos and sockets are not parameter files
+// Tmpfile answers open(2) with O_TMPFILE: an open file with no name, which
+// linkat(2) through /proc/self/fd can name later.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	uid, gid := caller(ctx)
+	in, err := n.p.CreateTmpfile(n.in, pool.NewInode{Mode: format.ModeReg | mode&format.ModePerm, UID: uid, GID: gid})
+	if err != nil {
+		return nil, nil, 0, n.fail("tmpfile", err)
 	}
-	ch, _, e := n.create(ctx, name, mode, "", out)
+	fh, fl := n.open(in, flags)
+	return n.child(ctx, in, out), fh, fl, 0
+}
+
+// Mknod makes regular files, FIFOs, sockets and device nodes. The kernel
+// serves the special ones itself (pipes, bound sockets, and devices, which
+// a nodev mount refuses to open): dnnfs only stores their type and rdev.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	switch mode & format.ModeType {
+	case format.ModeReg, format.ModeFifo, format.ModeSock:
+		dev = 0
+	case format.ModeChr, format.ModeBlk:
+	default:
+		return nil, syscall.EINVAL // mknod(2) of a directory or unknown type; the VFS refuses these first
+	}
+	ch, _, e := n.create(ctx, name, mode&(format.ModeType|format.ModePerm), "", dev, out)
 	return ch, e
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, format.ModeDir|mode&format.ModePerm, "", out)
+	ch, _, e := n.create(ctx, name, format.ModeDir|mode&format.ModePerm, "", 0, out)
 	return ch, e
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, format.ModeLnk|0o777, target, out)
+	ch, _, e := n.create(ctx, name, format.ModeLnk|0o777, target, 0, out)
 	return ch, e
 }
 

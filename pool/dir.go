@@ -211,16 +211,20 @@ type NewInode struct {
 	Mode     uint32 // type and permission bits
 	UID, GID uint32
 	Target   string // symlinks
+	Rdev     uint32 // character and block devices
 }
 
-// Create makes a new file, directory or symlink named name in dir.
+// Create makes a new file, directory, symlink, FIFO, socket or device
+// node named name in dir.
 func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	typ := ni.Mode & format.ModeType
 	switch typ {
-	case format.ModeReg, format.ModeDir:
+	case format.ModeReg, format.ModeDir, format.ModeFifo, format.ModeSock:
+		ni.Rdev = 0
+	case format.ModeChr, format.ModeBlk:
 	case format.ModeLnk:
 		if len(ni.Target) == 0 || len(ni.Target) >= format.BlockSize {
 			return nil, ErrNameTooLong
@@ -254,7 +258,7 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	}
 	now := time.Now().UnixNano()
 	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
-		Atime: now, Mtime: now, Ctime: now}
+		Atime: now, Mtime: now, Ctime: now, Rdev: ni.Rdev}
 	child := &Inode{fs: fs, Ino: ino, typ: typ}
 	c := fs.begin()
 	nd := dir.d
@@ -403,7 +407,7 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	}
 	target.mu.Lock()
 	defer target.mu.Unlock()
-	if target.d.Nlink == 0 {
+	if target.d.Nlink == 0 && !target.linkable {
 		return ErrNotFound
 	}
 	if target.d.Nlink >= 65000 {
@@ -419,13 +423,56 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	}
 	td := target.d
 	td.Nlink++
+	td.Flags &^= format.InodeOrphan // a tmpfile's first name
 	td.Ctime = now
 	c.putInode(target, td)
 	c.putInode(dir, nd)
 	if err := c.commit(); err != nil {
 		return err
 	}
+	target.linkable = false
 	return nil
+}
+
+// CreateTmpfile makes a regular file with no name, as open(2) with
+// O_TMPFILE does: an orphan (nlink 0) from the start, so a crash frees it
+// at the next mount, and Released frees it with its last handle unless
+// Link gave it a name first. The caller must count its open (Opened).
+func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
+	if ni.Mode&format.ModeType != format.ModeReg {
+		return nil, ErrInvalid
+	}
+	fs.nsMu.Lock() // serialises fs.genSeq with the other creators
+	defer fs.nsMu.Unlock()
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.dir == nil {
+		return nil, ErrNotDir
+	}
+	if dir.d.Nlink == 0 {
+		return nil, ErrNotFound
+	}
+	if dir.d.Mode&0o2000 != 0 {
+		ni.GID = dir.d.GID
+	}
+	ino, err := fs.newIno()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixNano()
+	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 0, Flags: format.InodeOrphan,
+		Gen: fs.genSeq, Atime: now, Mtime: now, Ctime: now}
+	child := &Inode{fs: fs, Ino: ino, typ: format.ModeReg, linkable: true}
+	c := fs.begin()
+	c.putInode(child, d)
+	if err := c.commit(); err != nil {
+		fs.putBackIno(ino)
+		return nil, err
+	}
+	fs.imu.Lock()
+	fs.inodes[ino] = child
+	fs.imu.Unlock()
+	return child, nil
 }
 
 // Rename flags (renameat2).
@@ -614,14 +661,7 @@ func (fs *FS) ReadDir(dir *Inode, pos uint64) (DirEntry, bool) {
 	for s := pos; s < uint64(len(x.slots)); s++ {
 		if name := x.slots[s]; name != "" {
 			e := x.names[name]
-			mode := format.ModeReg
-			switch e.typ {
-			case format.DTDir:
-				mode = format.ModeDir
-			case format.DTLnk:
-				mode = format.ModeLnk
-			}
-			return DirEntry{Name: name, Ino: e.ino, Mode: mode, Next: s + 1}, true
+			return DirEntry{Name: name, Ino: e.ino, Mode: format.ModeOfDT(e.typ), Next: s + 1}, true
 		}
 	}
 	return DirEntry{}, false

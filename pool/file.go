@@ -350,6 +350,9 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	if in.IsSpecial() {
+		return ErrInvalid // as truncate(2) of a FIFO or device
+	}
 	if t, ok := in.Table(); ok {
 		if size == t.Size() {
 			return nil

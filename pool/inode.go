@@ -43,6 +43,7 @@ type Inode struct {
 	dirty       []format.Extent // pool block ranges written since the last fsync (Phys, Len)
 	allDirty    bool            // too many ranges: flush every extent
 	timesDirty  bool            // d's times changed in DRAM only
+	linkable    bool            // made by CreateTmpfile and not linked yet: Link may give it its first name
 }
 
 // Attr is a snapshot of an inode's attributes.
@@ -52,6 +53,7 @@ type Attr struct {
 	Mode                uint32
 	UID, GID            uint32
 	Nlink               uint32
+	Rdev                uint32 // character and block devices
 	Size                uint64
 	Blocks              uint64 // 512-byte units
 	Atime, Mtime, Ctime time.Time
@@ -71,13 +73,16 @@ func (in *Inode) attrLocked() Attr {
 	}
 	return Attr{
 		Ino: in.Ino, Gen: in.d.Gen, Mode: in.d.Mode, UID: in.d.UID, GID: in.d.GID,
-		Nlink: in.d.Nlink, Size: in.d.Size, Blocks: blocks * (format.BlockSize / 512),
+		Nlink: in.d.Nlink, Rdev: in.d.Rdev, Size: in.d.Size, Blocks: blocks * (format.BlockSize / 512),
 		Atime: time.Unix(0, in.d.Atime), Mtime: time.Unix(0, in.d.Mtime), Ctime: time.Unix(0, in.d.Ctime),
 	}
 }
 
 // IsDir reports whether the inode is a directory.
 func (in *Inode) IsDir() bool { return in.typ == format.ModeDir }
+
+// IsSpecial reports a FIFO, socket or device node: no data of its own.
+func (in *Inode) IsSpecial() bool { return format.IsSpecialMode(in.typ) }
 
 // Mode returns the file type and permission bits.
 func (in *Inode) Mode() uint32 {

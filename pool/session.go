@@ -113,6 +113,9 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	if in.IsSpecial() {
+		return ErrInvalid
+	}
 	if in.IsTable() {
 		return fmt.Errorf("%w: segmented sessions", ErrTable)
 	}

@@ -8,9 +8,13 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 )
 
-// ErrValueTooBig: an xattr value over format.XAMaxValue (65535) bytes; one
-// byte below the kernel's own limit because lengths are stored in 16 bits.
+// ErrValueTooBig: an xattr value over format.XAMaxValue (65536) bytes, the
+// kernel's own limit (E2BIG).
 var ErrValueTooBig = errors.New("xattr value too large")
+
+// maxXattrList is the kernel's XATTR_LIST_MAX: listxattr cannot return
+// more, so setxattr refuses a new name that would make the list longer.
+const maxXattrList = 65536
 
 // Xattr flags (setxattr(2)).
 const (
@@ -43,7 +47,7 @@ func (fs *FS) Listxattr(in *Inode) []string {
 
 // Setxattr sets attribute name (flags: XattrCreate, XattrReplace).
 func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error {
-	if len(name) == 0 || len(name) > 255 {
+	if len(name) == 0 || len(name) > format.XAMaxName {
 		return ErrRange
 	}
 	if len(value) > format.XAMaxValue {
@@ -64,6 +68,13 @@ func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error
 		xs[i] = x
 	} else {
 		xs = append(xs, x)
+		list := 0
+		for _, x := range xs {
+			list += len(x.Name) + 1
+		}
+		if list > maxXattrList {
+			return ErrNoSpace // as ext4 when an inode's attribute space is full
+		}
 	}
 	return fs.putXattrsLocked(in, xs)
 }

@@ -74,6 +74,16 @@ func (in *inode) kind() string {
 	case in.d.IsSymlink():
 		return "symlink"
 	}
+	switch in.d.Mode & format.ModeType {
+	case format.ModeFifo:
+		return "FIFO"
+	case format.ModeSock:
+		return "socket"
+	case format.ModeChr:
+		return "character device"
+	case format.ModeBlk:
+		return "block device"
+	}
 	return "regular file"
 }
 
@@ -283,6 +293,10 @@ func (a *analysis) loadExtents(in *inode) string {
 		if d.Size > maxFileBlocks*format.BlockSize {
 			return fmt.Sprintf("size %d exceeds the largest file size", d.Size)
 		}
+	case d.IsSpecial():
+		if len(exts) != 0 || len(in.ovf) != 0 {
+			return fmt.Sprintf("a %s maps data blocks (%d extents, %d overflow blocks)", in.kind(), len(exts), len(in.ovf))
+		}
 	}
 	return ""
 }
@@ -405,8 +419,8 @@ func (a *analysis) checkSession(in *inode) string {
 	switch {
 	case isZero(sessionArea(d)):
 		return ""
-	case d.IsDir():
-		return "a directory has segmented-I/O session fields"
+	case d.IsDir() || d.IsSpecial():
+		return "a " + in.kind() + " has segmented-I/O session fields"
 	case !isZero(rest):
 		return "reserved bytes after the session fields are not zero"
 	case fflag > 1:
@@ -552,6 +566,16 @@ func (a *analysis) checkFields() {
 			a.inodeProblem(in, fmt.Sprintf("unknown flags %#x; Repair clears them", extra))
 			d.Flags &^= extra
 			a.rewrite(in, fmt.Sprintf("cleared unknown flags %#x", extra))
+		}
+		if t := d.Mode & format.ModeType; d.Rdev != 0 && t != format.ModeChr && t != format.ModeBlk {
+			a.inodeProblem(in, fmt.Sprintf("a %s has device number %#x; Repair clears it", in.kind(), d.Rdev))
+			d.Rdev = 0
+			a.rewrite(in, "cleared the device number")
+		}
+		if d.IsSpecial() && d.Size != 0 {
+			a.inodeProblem(in, fmt.Sprintf("a %s has size %d; Repair sets it to 0", in.kind(), d.Size))
+			d.Size = 0
+			a.rewrite(in, "set the size to 0")
 		}
 		if !d.IsDir() {
 			continue

@@ -65,6 +65,8 @@ func newSeed(t testing.TB, name string, extra func(fs *pool.FS)) *fuzzSeed {
 	must(t, err)
 	must(t, fs.StartSession(job, 3, 6*format.BlockSize, format.SessionWrite))
 	mustV[int](t)(fs.WriteAs(pool.Caller{TID: 9}, job, 0, pattern(100, 1), false))
+	mustV[*pool.Inode](t)(fs.Create(fs.Root(), "fifo", pool.NewInode{Mode: format.ModeFifo | 0o644}))
+	mustV[*pool.Inode](t)(fs.Create(fs.Root(), "dev", pool.NewInode{Mode: format.ModeBlk | 0o600, Rdev: 8<<8 | 1}))
 	extra(fs)
 	must(t, fs.Close())
 	a, err := analyze(m, false)
@@ -130,13 +132,13 @@ func (s *fuzzSeed) damage(b []byte, ops []byte) {
 				continue
 			}
 			k := o2 % format.InlineExtents
-			switch o1 % 13 {
+			switch o1 % 14 {
 			case 0:
 				d.Nlink = uint32(v)
 			case 1:
 				d.Size = uint64(v) << (o2 % 40)
 			case 2:
-				d.Mode = []uint32{0o010000, format.ModeReg, format.ModeDir, format.ModeLnk}[v%4] | d.Mode&format.ModePerm
+				d.Mode = []uint32{0o030000, format.ModeReg, format.ModeDir, format.ModeLnk, format.ModeFifo, format.ModeChr}[v%6] | d.Mode&format.ModePerm
 			case 3:
 				d.Inline[k].Logical += uint64(v)
 			case 4:
@@ -156,6 +158,8 @@ func (s *fuzzSeed) damage(b []byte, ops []byte) {
 			case 11:
 				clear(b[off : off+format.InodeSize])
 				continue
+			case 13:
+				d.Rdev = uint32(v)
 			case 12:
 				blk := d.TableBlk()
 				if d.Flags&format.InodeTable == 0 || !s.sb.ValidData(blk, 1) {
