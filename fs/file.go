@@ -76,7 +76,13 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 		return n.tableWrite(data, off)
 	}
 	h, _ := fh.(*handle)
-	k, err := n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
+	k, killed, err := n.p.WritePrivsAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
+	if killed {
+		// The kernel caches the mode and learns of the change only so.
+		// Attributes only (offset -1): no page lock, safe while the
+		// kernel holds the inode for this write.
+		n.NotifyContent(-1, 0)
+	}
 	if err != nil {
 		e := errno(err)
 		if e == syscall.EIO {
@@ -89,7 +95,14 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 }
 
 func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	return n.fail("fallocate", n.p.Fallocate(n.in, off, size, mode))
+	privs := n.in.Mode() & 0o6000
+	if err := n.p.FallocateAs(callerOf(ctx), n.in, off, size, mode); err != nil {
+		return n.fail("fallocate", err)
+	}
+	if privs != 0 && n.in.Mode()&0o6000 != privs {
+		n.NotifyContent(-1, 0) // the kernel's cached mode is stale (see Write)
+	}
+	return 0
 }
 
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
