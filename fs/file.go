@@ -14,11 +14,12 @@ import (
 // handle is an open file.
 type handle struct {
 	appendMode bool
+	noAtime    bool // O_NOATIME
 }
 
 func (n *node) open(in *pool.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	n.p.Opened(in)
-	h := &handle{appendMode: flags&syscall.O_APPEND != 0}
+	h := &handle{appendMode: flags&syscall.O_APPEND != 0, noAtime: flags&syscall.O_NOATIME != 0}
 	if n.opts.ReadCache && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return h, fuse.FOPEN_KEEP_CACHE
 	}
@@ -64,7 +65,11 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 	if n.in.IsTable() {
 		return n.tableRead(dest, off)
 	}
-	r, err := n.p.ReadAs(callerOf(ctx), n.in, off, len(dest))
+	c := callerOf(ctx)
+	if h, ok := fh.(*handle); ok {
+		c.NoAtime = h.noAtime
+	}
+	r, err := n.p.ReadAs(c, n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
 	}
@@ -150,6 +155,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	switch d.pos {
 	case 0:
+		d.n.p.Accessed(d.n.in) // a listing reads the directory
 		d.pos = 1
 		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: uint64(d.n.in.Ino), Off: 1}, 0
 	case 1:

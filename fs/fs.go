@@ -247,6 +247,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if err != nil {
 		return nil, n.fail("readlink", err)
 	}
+	n.p.Accessed(n.in)
 	return []byte(s), 0
 }
 

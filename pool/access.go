@@ -56,6 +56,7 @@ type Caller struct {
 	Ctx      context.Context
 	TID      uint32
 	UID, GID uint32
+	NoAtime  bool // the file was opened O_NOATIME: reads leave atime alone
 }
 
 func (c Caller) ctx() context.Context {

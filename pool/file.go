@@ -90,6 +90,9 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 	in.mu.Lock()
 	size := int64(in.d.Size)
 	exts := in.exts
+	if !c.NoAtime {
+		fs.touchAtimeLocked(in)
+	}
 	in.mu.Unlock()
 	r := &ReadData{done: func() { in.locks.Release(l) }}
 	if off < size && n > 0 && in.sess.Load() != nil {
