@@ -213,6 +213,14 @@ func runMount(args []string) error {
 	}
 	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, Tier: tier})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
+	// The atime mode shows in mountinfo like a local file system's (the
+	// kernel itself updates no atime on FUSE: the pool applies the rule).
+	switch atimeMode {
+	case pool.AtimeNever:
+		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME
+	case pool.AtimeStrict:
+		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_STRICTATIME
+	}
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
 	}

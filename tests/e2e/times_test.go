@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +117,20 @@ func runAtimeCases(t *testing.T, dir string) (changed []string, atimes []time.Ti
 	return changed, atimes
 }
 
+// mountOptions returns the per-mount options of mnt in mountinfo.
+func mountOptions(t *testing.T, mnt string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == mnt {
+			return f[5]
+		}
+	}
+	t.Fatalf("%s is not in mountinfo", mnt)
+	return ""
+}
+
 func statAtime(st unix.Stat_t) time.Time { return time.Unix(st.Atim.Unix()) }
 
 // TestAtimeMatchesTmpfs: reads, listings and symlink reads update atime
@@ -140,6 +155,13 @@ func TestAtimeMatchesTmpfs(t *testing.T) {
 				fs = newFS(t, "32MiB")
 			} else {
 				fs = newFS(t, "32MiB", "--atime", m.opt)
+			}
+			// mountinfo shows relatime or noatime, and neither for strictatime.
+			opts := "," + mountOptions(t, fs.Mnt) + ","
+			for _, o := range []string{"relatime", "noatime"} {
+				if strings.Contains(opts, ","+o+",") != (o == m.opt) {
+					t.Errorf("--atime %s: mount options %q", m.opt, opts)
+				}
 			}
 			got, atimes := runAtimeCases(t, fs.Mnt)
 			compareProbes(t, m.opt, want, got)
