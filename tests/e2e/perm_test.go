@@ -111,6 +111,7 @@ func permFixture(t *testing.T, top string) {
 		{"d755", 0o755, 0, 0, ""}, {"d700", 0o700, 0, 0, ""}, {"d711", 0o711, 0, 0, ""},
 		{"d744", 0o744, 0, 0, ""}, {"d777", 0o777, 0, 0, ""}, {"d1777", 0o1777, 0, 0, ""},
 		{"d2777", 0o2777, 0, 100, ""}, {"own", 0o755, 65534, 65534, ""}, {"d000", 0, 0, 0, ""},
+		{"d1777/rootdir", 0o777, 0, 0, ""},
 	}
 	files := []file{
 		{"f644", 0o644, 0, 0, "data"}, {"f600", 0o600, 0, 0, "data"}, {"f000", 0, 0, 0, "data"},
@@ -215,6 +216,19 @@ setxattr f644 user.x
 setxattr f666 user.y
 getxattr f666 user.y
 unlink own/rootf
+link f644 d777/hardlink
+link f666 d777/hardlink2
+symlink f644 d777/symlink
+stat d777/symlink
+rmdir d1777/rootdir
+mkdir d1777/mydir 700
+rename d777/newd d755/moved
+rename d777/newd d777/renamed
+trunc f644 0
+trunc f666 1
+setxattr f666 trusted.x
+access f644 w
+access f666 rw
 stat f644
 `
 
@@ -239,9 +253,17 @@ func TestPermissionsMatchTmpfs(t *testing.T) {
 			permFixture(t, top)
 			got := probe(t, nobodyProber, top, permScript)
 			compareProbes(t, "uid 65534", want, got)
-			// Mode 0000 round-trips for root too.
+			// Mode 0000 round-trips for root too, and through a remount.
 			if st := lstat(t, filepath.Join(top, "f000")); st.Mode != syscall.S_IFREG {
 				t.Errorf("root sees f000 with mode %o, want 100000", st.Mode)
+			}
+			fs.Unmount(t)
+			fs = fs.Remount(t)
+			for _, f := range []string{"f000", "f400own", "d000"} {
+				a, b := lstat(t, filepath.Join(ref, f)), lstat(t, fs.Path("top", f))
+				if a.Mode != b.Mode {
+					t.Errorf("after remount: %s has mode %o, tmpfs %o", f, b.Mode, a.Mode)
+				}
 			}
 		})
 	}
