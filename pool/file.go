@@ -211,21 +211,12 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	if len(data) == 0 {
 		return 0, false, nil
 	}
-	// A write by a caller without CAP_FSETID clears setuid/setgid (the
-	// kernel leaves that to us on direct-I/O writes). Its credentials are
-	// read only when the file has one of the bits.
-	var cr *cred
-	in.mu.Lock()
-	privs := in.d.Mode&(modeSUID|modeSGID) != 0
-	in.mu.Unlock()
-	if privs {
-		c := cl.cred()
-		cr = &c
-	}
 	var l *lock.Lock
+	var privs bool
 	for {
 		in.mu.Lock()
 		size := int64(in.d.Size)
+		privs = in.d.Mode&(modeSUID|modeSGID) != 0
 		in.mu.Unlock()
 		whole := appendMode || off+int64(len(data)) > size
 		var err error
@@ -244,6 +235,14 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		in.locks.Release(l) // the file shrank meanwhile: this write extends it now
 	}
 	defer in.locks.Release(l)
+	// A write by a caller without CAP_FSETID clears setuid/setgid (the
+	// kernel leaves that to us on direct-I/O writes). Its credentials are
+	// read only when the file has one of the bits.
+	var cr *cred
+	if privs {
+		c := cl.cred()
+		cr = &c
+	}
 
 	in.mu.Lock()
 	if appendMode {
