@@ -237,30 +237,37 @@ stat f644
 // kernel's, mode 0000 included.
 func TestPermissionsMatchTmpfs(t *testing.T) {
 	t.Parallel()
-	ref := filepath.Join(tmpfsDir(t), "top")
-	makeReachable(t, ref)
-	permFixture(t, ref)
-	want := probe(t, nobodyProber, ref, permScript)
+	probers := []prober{nobodyProber, nobody100}
+	tmp := tmpfsDir(t)
+	makeReachable(t, filepath.Join(tmp, "x"))
+	var want [][]string
+	for i, p := range probers {
+		ref := filepath.Join(tmp, fmt.Sprint(i))
+		permFixture(t, ref)
+		want = append(want, probe(t, p, ref, permScript))
+	}
 	// Guards: the reference itself denies what it must.
-	wantProbe(t, want, "read f000 => EACCES")
-	wantProbe(t, want, "stat f000 => OK mode=100000 uid=0 gid=0")
-	wantProbe(t, want, "unlink d1777/rootf => EPERM")
+	wantProbe(t, want[0], "read f000 => EACCES")
+	wantProbe(t, want[0], "stat f000 => OK mode=100000 uid=0 gid=0")
+	wantProbe(t, want[0], "unlink d1777/rootf => EPERM")
+	wantProbe(t, want[0], "stat d2777/f => OK mode=100644 uid=65534 gid=100")
 	for _, mode := range [][]string{nil, {"--read-cache"}} {
 		t.Run(fmt.Sprintf("mount%v", mode), func(t *testing.T) {
 			fs := newFS(t, "32MiB", append([]string{"--allow-other"}, mode...)...)
 			makeReachable(t, fs.Mnt)
-			top := fs.Path("top")
-			permFixture(t, top)
-			got := probe(t, nobodyProber, top, permScript)
-			compareProbes(t, "uid 65534", want, got)
+			for i, p := range probers {
+				top := fs.Path(fmt.Sprint(i))
+				permFixture(t, top)
+				compareProbes(t, p.name, want[i], probe(t, p, top, permScript))
+			}
 			// Mode 0000 round-trips for root too, and through a remount.
-			if st := lstat(t, filepath.Join(top, "f000")); st.Mode != syscall.S_IFREG {
+			if st := lstat(t, fs.Path("0", "f000")); st.Mode != syscall.S_IFREG {
 				t.Errorf("root sees f000 with mode %o, want 100000", st.Mode)
 			}
 			fs.Unmount(t)
 			fs = fs.Remount(t)
 			for _, f := range []string{"f000", "f400own", "d000"} {
-				a, b := lstat(t, filepath.Join(ref, f)), lstat(t, fs.Path("top", f))
+				a, b := lstat(t, filepath.Join(tmp, "0", f)), lstat(t, fs.Path("0", f))
 				if a.Mode != b.Mode {
 					t.Errorf("after remount: %s has mode %o, tmpfs %o", f, b.Mode, a.Mode)
 				}
