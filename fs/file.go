@@ -14,11 +14,12 @@ import (
 // handle is an open file.
 type handle struct {
 	appendMode bool
+	noAtime    bool // O_NOATIME
 }
 
 func (n *node) open(in *pool.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	n.p.Opened(in)
-	h := &handle{appendMode: flags&syscall.O_APPEND != 0}
+	h := &handle{appendMode: flags&syscall.O_APPEND != 0, noAtime: flags&syscall.O_NOATIME != 0}
 	if n.opts.ReadCache && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return h, fuse.FOPEN_KEEP_CACHE
 	}
@@ -64,7 +65,11 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 	if n.in.IsTable() {
 		return n.tableRead(dest, off)
 	}
-	r, err := n.p.ReadAs(callerOf(ctx), n.in, off, len(dest))
+	c := callerOf(ctx)
+	if h, ok := fh.(*handle); ok {
+		c.NoAtime = h.noAtime
+	}
+	r, err := n.p.ReadAs(c, n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
 	}
@@ -77,14 +82,21 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 	}
 	h, _ := fh.(*handle)
 	var k int
+	var killed bool
 	var err error
 	_ = n.p.RetryNoSpace(func() error {
-		k, err = n.p.WriteAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
+		k, killed, err = n.p.WritePrivsAs(callerOf(ctx), n.in, off, data, h != nil && h.appendMode)
 		if k > 0 {
 			return nil // wrote something: not retried, reported as it is
 		}
 		return err
 	})
+	if killed {
+		// The kernel caches the mode and learns of the change only so.
+		// Attributes only (offset -1): no page lock, safe while the
+		// kernel holds the inode for this write.
+		n.NotifyContent(-1, 0)
+	}
 	if err != nil {
 		e := errno(err)
 		if e == syscall.EIO {
@@ -97,7 +109,14 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 }
 
 func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	return n.fail("fallocate", n.p.RetryNoSpace(func() error { return n.p.Fallocate(n.in, off, size, mode) }))
+	privs := n.in.Mode() & 0o6000
+	if err := n.p.RetryNoSpace(func() error { return n.p.FallocateAs(callerOf(ctx), n.in, off, size, mode) }); err != nil {
+		return n.fail("fallocate", err)
+	}
+	if privs != 0 && n.in.Mode()&0o6000 != privs {
+		n.NotifyContent(-1, 0) // the kernel's cached mode is stale (see Write)
+	}
+	return 0
 }
 
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
@@ -145,6 +164,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	switch d.pos {
 	case 0:
+		d.n.p.Accessed(d.n.in) // a listing reads the directory
 		d.pos = 1
 		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: uint64(d.n.in.Ino), Off: 1}, 0
 	case 1:

@@ -98,6 +98,8 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 		AttrTimeout:     &sec,
 		NegativeTimeout: &zero,
 		RootStableAttr:  &gofs.StableAttr{Ino: uint64(format.RootIno), Gen: 1},
+		// Modes as stored: go-fuse would show a mode-0000 file as 0644.
+		NullPermissions: true,
 	}
 }
 
@@ -128,11 +130,12 @@ func caller(ctx context.Context) (uid, gid uint32) {
 }
 
 // callerOf is the pool's view of a FUSE request: its context (ended on
-// FUSE_INTERRUPT) and the calling thread's id from the request header.
+// FUSE_INTERRUPT), the calling thread's id and its fsuid/fsgid from the
+// request header.
 func callerOf(ctx context.Context) pool.Caller {
 	c := pool.Caller{Ctx: ctx}
 	if fc, ok := fuse.FromContext(ctx); ok {
-		c.TID = fc.Pid
+		c.TID, c.UID, c.GID = fc.Pid, fc.Uid, fc.Gid
 	}
 	return c
 }
@@ -176,7 +179,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
 	}
-	if err := n.p.Setattr(n.in, sa); err != nil {
+	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
 		return n.fail("setattr", err)
 	}
 	a := n.in.Attr()
@@ -269,6 +272,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if err != nil {
 		return nil, n.fail("readlink", err)
 	}
+	n.p.Accessed(n.in)
 	return []byte(s), 0
 }
 

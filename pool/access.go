@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
 )
 
@@ -48,10 +49,14 @@ func (m LockMode) String() string {
 }
 
 // Caller identifies who performs an access: the request's context (ended
-// when the kernel interrupts the request) and the calling thread.
+// when the kernel interrupts the request), the calling thread and its
+// file-system uid and gid. TID 0 is the kernel itself (writeback of a
+// shared mapping) or an internal caller.
 type Caller struct {
-	Ctx context.Context
-	TID uint32
+	Ctx      context.Context
+	TID      uint32
+	UID, GID uint32
+	NoAtime  bool // the file was opened O_NOATIME: reads leave atime alone
 }
 
 func (c Caller) ctx() context.Context {
@@ -192,4 +197,101 @@ func (fs *FS) Inodes() []*Inode {
 		out = append(out, in)
 	}
 	return out
+}
+
+// Setuid and setgid bits and the group-execute bit they interact with.
+const (
+	modeSUID uint32 = 0o4000
+	modeSGID uint32 = 0o2000
+	modeXGRP uint32 = 0o0010
+)
+
+// cred is what the kernel's setuid/setgid rules ask about a caller.
+type cred struct {
+	fsetid bool     // CAP_FSETID in the effective set (or no process: see Caller)
+	gids   []uint32 // fsgid and supplementary groups
+}
+
+// capFsetid is CAP_FSETID's bit in /proc/PID/status CapEff.
+const capFsetid = 1 << 4
+
+// cred reads the caller's capabilities and groups from /proc/TID/status;
+// nothing is cached, as a thread's credentials change at any time. The
+// kernel and internal callers (TID 0) count as privileged: they keep the
+// bits, as writeback of a shared mapping does on a local file system. A
+// thread that is gone gets no privilege, only the request's group.
+func (c Caller) cred() cred {
+	if c.TID == 0 {
+		return cred{fsetid: true}
+	}
+	cr := cred{gids: []uint32{c.GID}}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(c.TID), 10) + "/status")
+	if err != nil {
+		return cr
+	}
+	if v, ok := statusField(b, "CapEff:"); ok {
+		if x, err := strconv.ParseUint(v, 16, 64); err == nil {
+			cr.fsetid = x&capFsetid != 0
+		}
+	}
+	if v, ok := statusField(b, "Groups:"); ok {
+		for _, f := range bytes.Fields([]byte(v)) {
+			if g, err := strconv.ParseUint(string(f), 10, 32); err == nil {
+				cr.gids = append(cr.gids, uint32(g))
+			}
+		}
+	}
+	return cr
+}
+
+// statusField returns the value of a "Key:\tvalue" line of /proc status.
+func statusField(b []byte, key string) (string, bool) {
+	i := bytes.Index(b, []byte("\n"+key))
+	if i < 0 {
+		return "", false
+	}
+	line := b[i+1+len(key):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	return string(bytes.TrimSpace(line)), true
+}
+
+func (cr cred) inGroup(gid uint32) bool {
+	for _, g := range cr.gids {
+		if g == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// afterData is mode after a write, truncate or fallocate by cr, as the
+// kernel's setattr_should_drop_suidgid decides on a local file system:
+// a regular file loses setuid, and setgid when it is group-executable
+// or cr is not in the file's group, unless cr has CAP_FSETID.
+func (cr cred) afterData(mode, gid uint32) uint32 {
+	if mode&format.ModeType != format.ModeReg || mode&(modeSUID|modeSGID) == 0 || cr.fsetid {
+		return mode
+	}
+	mode &^= modeSUID
+	if mode&modeXGRP != 0 || !cr.inGroup(gid) {
+		mode &^= modeSGID
+	}
+	return mode
+}
+
+// afterChown is mode after a chown by cr of a file whose group was gid
+// (the kernel's chown_common): a non-directory always loses setuid, and
+// setgid when it is group-executable or cr is neither in the group nor
+// has CAP_FSETID.
+func (cr cred) afterChown(mode, gid uint32) uint32 {
+	if mode&format.ModeType == format.ModeDir {
+		return mode
+	}
+	mode &^= modeSUID
+	if mode&modeXGRP != 0 || !(cr.fsetid || cr.inGroup(gid)) {
+		mode &^= modeSGID
+	}
+	return mode
 }

@@ -90,6 +90,9 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 	in.mu.Lock()
 	size := int64(in.d.Size)
 	exts := in.exts
+	if !c.NoAtime {
+		fs.touchAtimeLocked(in)
+	}
 	in.mu.Unlock()
 	r := &ReadData{done: func() { in.locks.Release(l) }}
 	if off < size && n > 0 && in.sess.Load() != nil {
@@ -186,30 +189,39 @@ func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, er
 // extend the file (or appends) changes the size and takes the whole-file
 // lock.
 func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode bool) (int, error) {
+	n, _, err := fs.WritePrivsAs(cl, in, off, data, appendMode)
+	return n, err
+}
+
+// WritePrivsAs is WriteAs that also reports whether the write cleared
+// the file's setuid/setgid bits (the kernel's cached mode is then stale).
+func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendMode bool) (n int, killed bool, err error) {
 	if in.IsDir() {
-		return 0, ErrIsDir
+		return 0, false, ErrIsDir
 	}
 	if in.IsTable() {
-		return 0, fmt.Errorf("%w: its bytes are written through the SSD tier", ErrTable)
+		return 0, false, fmt.Errorf("%w: its bytes are written through the SSD tier", ErrTable)
 	}
 	if off < 0 {
-		return 0, ErrInvalid
+		return 0, false, ErrInvalid
 	}
 	if off+int64(len(data)) > MaxFileSize {
-		return 0, ErrTooBig
+		return 0, false, ErrTooBig
 	}
 	if len(data) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	var l *lock.Lock
+	var privs bool
 	for {
 		in.mu.Lock()
 		size := int64(in.d.Size)
+		privs = in.d.Mode&(modeSUID|modeSGID) != 0
 		in.mu.Unlock()
 		whole := appendMode || off+int64(len(data)) > size
 		var err error
 		if l, err = fs.lockData(cl, in, off, int64(len(data)), lock.Exclusive, whole); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if whole || l.IsWhole() {
 			break
@@ -223,6 +235,14 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 		in.locks.Release(l) // the file shrank meanwhile: this write extends it now
 	}
 	defer in.locks.Release(l)
+	// A write by a caller without CAP_FSETID clears setuid/setgid (the
+	// kernel leaves that to us on direct-I/O writes). Its credentials are
+	// read only when the file has one of the bits.
+	var cr *cred
+	if privs {
+		c := cl.cred()
+		cr = &c
+	}
 
 	in.mu.Lock()
 	if appendMode {
@@ -236,7 +256,7 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	if err != nil {
 		c.abort()
 		in.mu.Unlock()
-		return 0, err
+		return 0, false, err
 	}
 	var werr error
 	if off > size { // only under the whole-file lock
@@ -266,7 +286,7 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	})
 	if werr != nil {
 		c.abort()
-		return 0, werr
+		return 0, false, werr
 	}
 	now := time.Now().UnixNano()
 	fs.stats.Writes.Add(1)
@@ -279,9 +299,21 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 		})
 		in.d.Mtime, in.d.Ctime = now, now
 		in.timesDirty = true
+		if cr != nil {
+			if mode := cr.afterData(in.d.Mode, in.d.GID); mode != in.d.Mode {
+				nd := in.d
+				nd.Mode = mode
+				c.putInode(in, nd)
+				if err := c.commit(); err != nil {
+					in.mu.Unlock()
+					return 0, false, err
+				}
+				killed = true
+			}
+		}
 		in.mu.Unlock()
 		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
-		return len(data), nil
+		return len(data), killed, nil
 	}
 	// Persist order: fresh blocks whole (data and the zeros around it:
 	// media flushed by cache line would otherwise show a previous owner's
@@ -301,24 +333,28 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	nd := in.d
 	nd.Size = uint64(max(end, int64(in.d.Size)))
 	nd.Mtime, nd.Ctime = now, now
+	if cr != nil {
+		nd.Mode = cr.afterData(nd.Mode, nd.GID)
+		killed = nd.Mode != in.d.Mode
+	}
 	if len(added) > 0 {
 		// Merge into the current list: writers of other ranges may have
 		// committed extents since the snapshot.
 		if err := c.putExtentsLocked(in, &nd, mergeExtents(in.exts, added)); err != nil {
 			c.abort()
-			return 0, err
+			return 0, false, err
 		}
 	}
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if in.sess.Load() != nil {
 		in.mu.Unlock()
 		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
 		in.mu.Lock() // for the deferred unlock
 	}
-	return len(data), nil
+	return len(data), killed, nil
 }
 
 // zeroTailLocked clears [from, to) within the block holding from, if that
@@ -344,6 +380,12 @@ func (fs *FS) zeroTailLocked(in *Inode, from, to int64) error {
 
 // Truncate sets the file size, freeing blocks past it.
 func (fs *FS) Truncate(in *Inode, size uint64) error {
+	return fs.truncate(in, size, nil)
+}
+
+// truncate is Truncate; apply, if set, makes further changes to the
+// inode in the same transaction.
+func (fs *FS) truncate(in *Inode, size uint64, apply func(nd *format.Inode)) error {
 	if size > MaxFileSize {
 		return ErrTooBig
 	}
@@ -390,6 +432,9 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 			c.freed = append(c.freed, removed...)
 		}
 	}
+	if apply != nil {
+		apply(&nd)
+	}
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
 		return err
@@ -410,6 +455,12 @@ const (
 // Fallocate allocates (mode 0 or KEEP_SIZE) or punches (PUNCH_HOLE|KEEP_SIZE)
 // [off, off+n).
 func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
+	return fs.FallocateAs(Caller{}, in, off, n, mode)
+}
+
+// FallocateAs is Fallocate on behalf of a caller, who may lose the
+// file's setuid/setgid bits as by a write.
+func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) error {
 	if in.IsTable() {
 		return fmt.Errorf("%w: fallocate: %w", ErrNotSupp, ErrTable)
 	}
@@ -427,6 +478,10 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 	if in.IsDir() {
 		return ErrIsDir
 	}
+	cr := cred{fsetid: true}
+	if in.Mode()&(modeSUID|modeSGID) != 0 {
+		cr = cl.cred()
+	}
 	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
 	if err != nil {
 		return err
@@ -437,6 +492,7 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := in.d
+	nd.Mode = cr.afterData(nd.Mode, nd.GID)
 	end := off + n
 	if mode&FallocPunchHole != 0 {
 		end = min(end, in.d.Size)
@@ -529,36 +585,64 @@ type SetAttr struct {
 
 // Setattr applies chmod, chown, utimens and truncate.
 func (fs *FS) Setattr(in *Inode, sa SetAttr) error {
+	return fs.SetattrAs(Caller{}, in, sa)
+}
+
+// SetattrAs is Setattr on behalf of a caller: a truncate or chown clears
+// setuid/setgid as the kernel does on a local file system (see
+// cred.afterData, cred.afterChown), in the same transaction. The mode a
+// chmod sets is taken as given: the kernel has applied its rules to it.
+func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
+	chown := sa.UID != nil || sa.GID != nil
+	cr := cred{fsetid: true}
+	if sa.Size != nil || chown {
+		mode := in.Mode()
+		if sa.Mode != nil {
+			mode = *sa.Mode
+		}
+		if mode&(modeSUID|modeSGID) != 0 {
+			cr = cl.cred()
+		}
+	}
+	apply := func(nd *format.Inode) {
+		if sa.Mode != nil {
+			nd.Mode = nd.Mode&format.ModeType | *sa.Mode&format.ModePerm
+		}
+		if chown {
+			nd.Mode = cr.afterChown(nd.Mode, nd.GID)
+		}
+		if sa.UID != nil {
+			nd.UID = *sa.UID
+		}
+		if sa.GID != nil {
+			nd.GID = *sa.GID
+		}
+		if sa.Size != nil {
+			nd.Mode = cr.afterData(nd.Mode, nd.GID)
+		}
+		if sa.Atime != nil {
+			nd.Atime = sa.Atime.UnixNano()
+		}
+		if sa.Mtime != nil {
+			nd.Mtime = sa.Mtime.UnixNano()
+		}
+		nd.Ctime = time.Now().UnixNano()
+	}
 	if sa.Size != nil {
+		if !in.IsTable() {
+			return fs.truncate(in, *sa.Size, apply)
+		}
 		if err := fs.Truncate(in, *sa.Size); err != nil {
 			return err
 		}
 	}
-	if sa.Mode == nil && sa.UID == nil && sa.GID == nil && sa.Atime == nil && sa.Mtime == nil {
+	if sa.Mode == nil && !chown && sa.Atime == nil && sa.Mtime == nil {
 		return nil
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	nd := in.d
-	if sa.Mode != nil {
-		nd.Mode = nd.Mode&format.ModeType | *sa.Mode&format.ModePerm
-	}
-	if sa.UID != nil {
-		nd.UID = *sa.UID
-	}
-	if sa.GID != nil {
-		nd.GID = *sa.GID
-	}
-	if (sa.UID != nil || sa.GID != nil) && !in.IsDir() && sa.Mode == nil {
-		nd.Mode &^= 0o6000 // chown drops setuid/setgid, as kernel file systems do
-	}
-	if sa.Atime != nil {
-		nd.Atime = sa.Atime.UnixNano()
-	}
-	if sa.Mtime != nil {
-		nd.Mtime = sa.Mtime.UnixNano()
-	}
-	nd.Ctime = time.Now().UnixNano()
+	apply(&nd)
 	c := fs.begin()
 	c.putInode(in, nd)
 	return c.commit()

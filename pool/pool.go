@@ -83,6 +83,7 @@ type FS struct {
 	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
 
 	lockMode     LockMode
+	atime        AtimeMode
 	tgids        tgidCache
 	tailInterval uint64
 
@@ -110,6 +111,8 @@ type Options struct {
 	// TailInterval is the progress (bytes) between persisted session tails;
 	// 0 means DefaultTailInterval.
 	TailInterval uint64
+	// Atime says when reads update access times (default relatime).
+	Atime AtimeMode
 }
 
 // MountReport says what Open found and did.
@@ -237,7 +240,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	}
 	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
 	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20), lockMode: opts.LockMode,
-		tailInterval: opts.TailInterval}
+		tailInterval: opts.TailInterval, atime: opts.Atime}
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}

@@ -73,6 +73,7 @@ func runMount(args []string) error {
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
+	atimeFlag := fl.String("atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
 	schedFlag := fl.String("sched", "size", "embedding read scheduler: size (a queue per size class, round-robin) or fifo (one queue)")
@@ -94,6 +95,10 @@ func runMount(args []string) error {
 	lockMode, err := pool.ParseLockMode(*lockFlag)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	atimeMode, err := pool.ParseAtimeMode(*atimeFlag)
+	if err != nil {
+		return usageError{"--atime: " + err.Error()}
 	}
 	ti, err := parseSize(*tailInterval)
 	if err != nil {
@@ -158,12 +163,12 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti)})
+	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
 	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
-		zap.String("mountpoint", mnt), zap.String("lock", lockMode.String()), zap.Int("inodes", rep.Inodes),
+		zap.String("mountpoint", mnt), zap.String("lock", lockMode.String()), zap.String("atime", atimeMode.String()), zap.Int("inodes", rep.Inodes),
 		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
 		zap.Duration("load_time", time.Since(start))}
 	if m.Kind() != pmem.Emulated {
@@ -207,6 +212,14 @@ func runMount(args []string) error {
 	}
 	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, Tier: tier})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
+	// The atime mode shows in mountinfo like a local file system's (the
+	// kernel itself updates no atime on FUSE: the pool applies the rule).
+	switch atimeMode {
+	case pool.AtimeNever:
+		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME
+	case pool.AtimeStrict:
+		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_STRICTATIME
+	}
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
 	}
