@@ -409,6 +409,7 @@ func (fs *FS) Truncate(in *Inode, size uint64) error {
 	}
 	if size > old {
 		if err := fs.zeroTailLocked(in, int64(old), int64(size)); err != nil {
+			c.abort() // an abandoned session holds its commit lock until then
 			return err
 		}
 	} else if size < old {
