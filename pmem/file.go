@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -123,8 +124,8 @@ type fileMedium struct {
 	key      fileKey
 
 	errMu    sync.Mutex
-	flushErr error  // first msync failure; returned by Close and Err
-	wbErrs   uint64 // msync failures so far
+	flushErr error         // first msync failure; returned by Close and Err
+	wbErrs   atomic.Uint64 // msync failures so far (read on every write: no lock)
 
 	closeMu sync.Mutex
 	closed  bool
@@ -316,19 +317,15 @@ func (m *fileMedium) Flush(off, n int64) error {
 		if m.flushErr == nil {
 			m.flushErr = err
 		}
-		m.wbErrs++
 		m.errMu.Unlock()
+		m.wbErrs.Add(1)
 		return err
 	}
 	return nil
 }
 
 // WritebackErrors counts the msync failures so far (see pmem.WritebackErrors).
-func (m *fileMedium) WritebackErrors() uint64 {
-	m.errMu.Lock()
-	defer m.errMu.Unlock()
-	return m.wbErrs
-}
+func (m *fileMedium) WritebackErrors() uint64 { return m.wbErrs.Load() }
 
 // Fence orders earlier flushes before later stores. msync has already
 // waited for the write-back, so only DAX media need an instruction.

@@ -15,7 +15,6 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/lock"
-	"github.com/dnnfs/dnnfs/pmem"
 )
 
 // MaxFileSize bounds file sizes (and keeps block arithmetic far from
@@ -545,8 +544,8 @@ type LostRange struct {
 // wbGen is the medium's count of write-back failures it may have reported
 // to a flush of another range (0 when it has no such notion).
 func (fs *FS) wbGen() uint64 {
-	if w, ok := fs.m.(pmem.WritebackErrors); ok {
-		return w.WritebackErrors()
+	if fs.wb != nil {
+		return fs.wb.WritebackErrors()
 	}
 	return 0
 }

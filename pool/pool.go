@@ -86,8 +86,9 @@ type FS struct {
 	genSeq  uint64
 
 	alloc allocator
-	zero  []byte   // read-only zeros served for holes
-	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
+	zero  []byte               // read-only zeros served for holes
+	file  *os.File             // pool file of an emulated pool (pmem.FileBacked), else nil
+	wb    pmem.WritebackErrors // the medium's, or nil
 
 	lockMode     LockMode
 	tgids        tgidCache
@@ -267,6 +268,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if fb, ok := m.(pmem.FileBacked); ok {
 		fs.file = fb.File()
 	}
+	fs.wb, _ = m.(pmem.WritebackErrors)
 	if fs.j, err = journal.Open(m, &sb); err != nil {
 		return nil, nil, err
 	}
