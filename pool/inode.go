@@ -668,9 +668,9 @@ func (fs *FS) LogLost(lost []LostRange) {
 		if in := fs.Inode(l.Ino); in != nil {
 			path = fs.PathOf(in)
 		}
-		msg := "file data failed to persist; fsync of the file fails with EIO until these bytes are rewritten"
+		msg := "file data failed to persist: rewrite these bytes (fsync of the file fails with EIO until then) and check the device holding the pool"
 		if l.Unattributed {
-			msg = "the pool medium lost data somewhere while this file data was unflushed; fsync of the file fails with EIO until these bytes are rewritten"
+			msg = "the pool medium lost data somewhere while this file data was unflushed: rewrite these bytes (fsync of the file fails with EIO until then) and check the device holding the pool"
 		}
 		fs.log.Error(msg, zap.Uint64("ino", uint64(l.Ino)), zap.String("path", path),
 			zap.Int64("offset", l.Off), zap.Int64("length", l.Len), zap.Uint64("pool_block", uint64(l.Phys)),
