@@ -25,6 +25,21 @@
 //
 // The CRC (CRC-32C over the header's first 16 bytes and all record bytes)
 // lets Replay tell a committed transaction from damaged media.
+//
+// A failed persist (the medium's Flush returned an error) never lets a
+// transaction count as done when it is not durable:
+//
+//	step  fails   then
+//	1     records  Commit fails; nothing was applied, the commit word is 0
+//	2     commit   the word is set back to 0 and persisted; Commit fails
+//	3     apply    the transaction is committed (Replay would finish it): Commit
+//	               succeeds, the word stays set and the journal is unsettled
+//	4     retire   committed and applied: Commit succeeds, the journal is unsettled
+//
+// While the journal is unsettled (the media may not hold what the mapping
+// shows in its header), every Commit first finishes the old transaction
+// (re-applies it if its word is set, persists the word as 0) and fails
+// without writing anything of its own if that fails too.
 package journal
 
 import (
@@ -57,21 +72,25 @@ type Journal struct {
 	start  format.Off // first byte of the region
 	length int64      // bytes in the region
 
-	mu  sync.Mutex // serialises transactions; see the lock order in pool
-	seq uint64
-	buf []byte
+	mu        sync.Mutex // serialises transactions; see the lock order in pool
+	seq       uint64
+	buf       []byte
+	unsettled bool // a persist of the header failed; see the package comment
 
 	commits atomic.Uint64
 	bytes   atomic.Uint64
 }
 
 // Format writes an empty journal.
-func Format(m pmem.Medium, sb *format.Superblock) {
+func Format(m pmem.Medium, sb *format.Superblock) error {
 	start := sb.JournalStart.Off()
 	b := m.Bytes()[start : start+format.BlockSize*2]
 	clear(b)
 	le.PutUint64(b[format.JHMagic:], format.JournalMagic)
-	m.Persist(int64(start), int64(len(b)))
+	if err := m.Persist(int64(start), int64(len(b))); err != nil {
+		return fmt.Errorf("writing the journal header: %w", err)
+	}
+	return nil
 }
 
 // Open attaches to the journal region of a formatted pool.
@@ -116,10 +135,46 @@ func (j *Journal) Replay() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	j.applyLocked(recs)
-	j.retireLocked()
+	if err := j.applyLocked(recs); err != nil {
+		return 0, fmt.Errorf("replaying transaction %d: %w", seq, err)
+	}
+	if err := j.retireLocked(); err != nil {
+		return 0, fmt.Errorf("retiring transaction %d: %w", seq, err)
+	}
 	j.seq = seq
 	return len(recs), nil
+}
+
+// settleLocked finishes what a failed persist left: the transaction its
+// commit word names, if any, is applied again, and the word is persisted
+// as 0.
+func (j *Journal) settleLocked() error {
+	if seq := atomic.LoadUint64(j.commitWord()); seq != 0 {
+		recs, err := j.decodeLocked(seq)
+		if err != nil {
+			return err
+		}
+		if err := j.applyLocked(recs); err != nil {
+			return fmt.Errorf("applying transaction %d again: %w", seq, err)
+		}
+		atomic.StoreUint64(j.commitWord(), 0)
+	}
+	if err := j.retireLocked(); err != nil {
+		return err
+	}
+	j.unsettled = false
+	return nil
+}
+
+// Settle finishes a transaction a failed persist left unretired (see the
+// package comment); it returns nil when the journal is settled.
+func (j *Journal) Settle() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.unsettled {
+		return nil
+	}
+	return j.settleLocked()
 }
 
 type record struct {
@@ -165,18 +220,27 @@ func (j *Journal) decodeLocked(seq uint64) ([]record, error) {
 
 func pad8(n int) int { return (n + 7) &^ 7 }
 
-func (j *Journal) applyLocked(recs []record) {
+// applyLocked stores every record at its target and persists them all,
+// returning the first flush failure (after trying every record).
+func (j *Journal) applyLocked(recs []record) error {
 	b := j.m.Bytes()
+	var first error
 	for _, r := range recs {
 		copy(b[r.off:], r.data)
-		j.m.Flush(int64(r.off), int64(len(r.data)))
+		if err := j.m.Flush(int64(r.off), int64(len(r.data))); err != nil && first == nil {
+			first = err
+		}
 	}
 	j.m.Fence()
+	return first
 }
 
-func (j *Journal) retireLocked() {
+func (j *Journal) retireLocked() error {
 	atomic.StoreUint64(j.commitWord(), 0)
-	j.m.Persist(int64(j.start)+format.JHCommit, 8)
+	if err := j.m.Persist(int64(j.start)+format.JHCommit, 8); err != nil {
+		return fmt.Errorf("retiring the journal's commit word: %w", err)
+	}
+	return nil
 }
 
 // Tx collects the records of one transaction. It is not safe for
@@ -204,7 +268,9 @@ func (tx *Tx) Size() int { return tx.size }
 func (tx *Tx) Empty() bool { return len(tx.recs) == 0 }
 
 // Commit makes all records durable atomically and applies them. After it
-// returns nil, every record is in place and persisted.
+// returns nil, every record is in place and durable (on the media, or in
+// the journal for Replay to finish if the apply step's persist failed).
+// After an error nothing of the transaction is applied.
 func (tx *Tx) Commit() error {
 	if len(tx.recs) == 0 {
 		return nil
@@ -215,6 +281,11 @@ func (tx *Tx) Commit() error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.unsettled {
+		if err := j.settleLocked(); err != nil {
+			return fmt.Errorf("journal unsettled since an earlier persist failure: %w", err)
+		}
+	}
 	j.seq++
 	seq := j.seq
 	r := j.region()
@@ -237,13 +308,26 @@ func (tx *Tx) Commit() error {
 	le.PutUint32(area[format.TxCRC:], crc)
 	le.PutUint32(area[format.TxCRC+4:], 0)
 	// Step 1: the records are durable before the commit word names them.
-	j.m.Persist(int64(j.start)+format.BlockSize, int64(len(area)))
+	if err := j.m.Persist(int64(j.start)+format.BlockSize, int64(len(area))); err != nil {
+		return fmt.Errorf("journal transaction %d: persisting its records: %w", seq, err)
+	}
 	// Step 2: the commit point, one aligned 8-byte store.
 	atomic.StoreUint64(j.commitWord(), seq)
-	j.m.Persist(int64(j.start)+format.JHCommit, 8)
-	// Step 3 and 4.
-	j.applyLocked(tx.recs)
-	j.retireLocked()
+	if err := j.m.Persist(int64(j.start)+format.JHCommit, 8); err != nil {
+		// Not known durable either way: take it back. Until the 0 is
+		// durable, no later transaction may reuse the area.
+		if rerr := j.retireLocked(); rerr != nil {
+			j.unsettled = true
+		}
+		return fmt.Errorf("journal transaction %d: persisting its commit word: %w", seq, err)
+	}
+	// Step 3 and 4. The transaction is durable now (Replay finishes it),
+	// so a failure here leaves the journal for the next Commit to settle.
+	if err := j.applyLocked(tx.recs); err != nil {
+		j.unsettled = true
+	} else if err := j.retireLocked(); err != nil {
+		j.unsettled = true
+	}
 	j.commits.Add(1)
 	j.bytes.Add(uint64(tx.size))
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -123,7 +124,8 @@ type fileMedium struct {
 	key      fileKey
 
 	errMu    sync.Mutex
-	flushErr error // first msync failure; returned by Close and Err
+	flushErr error         // first msync failure; returned by Close and Err
+	wbErrs   atomic.Uint64 // msync failures so far (read on every write: no lock)
 
 	closeMu sync.Mutex
 	closed  bool
@@ -293,27 +295,37 @@ func (m *fileMedium) Kind() Kind    { return m.kind }
 
 // Flush writes back [off, off+n), clamped to the pool. DAX media use a cache
 // line flush instruction; emulated pools msync the pages covering the range.
+// An msync failure is returned (and counted, see WritebackErrors): the
+// kernel reports the pool file's write-back errors once, to whichever msync
+// comes next, so it may stem from pages outside [off, off+n).
 // Safe for concurrent use; must not be called after Close.
-func (m *fileMedium) Flush(off, n int64) {
+func (m *fileMedium) Flush(off, n int64) error {
 	start, end, ok := clampRange(off, n, int64(len(m.data)))
 	if !ok || m.readOnly {
-		return
+		return nil
 	}
 	if m.kind != Emulated && cpuFlush {
 		flushCPU(unsafe.Pointer(&m.data[start]), uintptr(end-start))
-		return
+		return nil
 	}
 	ps := int64(os.Getpagesize())
 	start &^= ps - 1
 	end = min((end+ps-1)&^(ps-1), int64(len(m.data)))
 	if err := unix.Msync(m.data[start:end], unix.MS_SYNC); err != nil {
+		err = fmt.Errorf("%s: msync [%d, %d): %w", m.path, start, end, err)
 		m.errMu.Lock()
 		if m.flushErr == nil {
-			m.flushErr = fmt.Errorf("%s: msync [%d, %d): %w", m.path, start, end, err)
+			m.flushErr = err
 		}
 		m.errMu.Unlock()
+		m.wbErrs.Add(1)
+		return err
 	}
+	return nil
 }
+
+// WritebackErrors counts the msync failures so far (see pmem.WritebackErrors).
+func (m *fileMedium) WritebackErrors() uint64 { return m.wbErrs.Load() }
 
 // Fence orders earlier flushes before later stores. msync has already
 // waited for the write-back, so only DAX media need an instruction.
@@ -323,9 +335,10 @@ func (m *fileMedium) Fence() {
 	}
 }
 
-func (m *fileMedium) Persist(off, n int64) {
-	m.Flush(off, n)
+func (m *fileMedium) Persist(off, n int64) error {
+	err := m.Flush(off, n)
 	m.Fence()
+	return err
 }
 
 // Zero makes [off, off+n) read as zeros, durably. On an emulated pool it
@@ -343,13 +356,12 @@ func (m *fileMedium) Zero(off, n int64) error {
 		}
 	}
 	clear(m.data[start:end])
-	m.Persist(start, end-start)
-	return nil
+	return m.Persist(start, end-start)
 }
 
-// Err reports the first failed write-back (msync), if any. Flush cannot
-// return it, so callers that must know use
-// m.(interface{ Err() error }).Err(); Close returns it too.
+// Err reports the first failed write-back (msync) since Open, if any;
+// Close returns it too, so unmount tells of a failure even if every
+// caller reported its own.
 func (m *fileMedium) Err() error {
 	m.errMu.Lock()
 	defer m.errMu.Unlock()

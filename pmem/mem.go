@@ -8,13 +8,13 @@ func NewMemory(size int64) Medium {
 
 type memMedium struct{ b []byte }
 
-func (m *memMedium) Bytes() []byte        { return m.b }
-func (m *memMedium) Size() int64          { return int64(len(m.b)) }
-func (m *memMedium) Flush(off, n int64)   {}
-func (m *memMedium) Fence()               {}
-func (m *memMedium) Persist(off, n int64) {}
-func (m *memMedium) Kind() Kind           { return Memory }
-func (m *memMedium) Close() error         { return nil }
+func (m *memMedium) Bytes() []byte              { return m.b }
+func (m *memMedium) Size() int64                { return int64(len(m.b)) }
+func (m *memMedium) Flush(off, n int64) error   { return nil }
+func (m *memMedium) Fence()                     {}
+func (m *memMedium) Persist(off, n int64) error { return nil }
+func (m *memMedium) Kind() Kind                 { return Memory }
+func (m *memMedium) Close() error               { return nil }
 
 // clampRange clips [off, off+n) to [0, size). ok is false when nothing is
 // left, including for n <= 0.

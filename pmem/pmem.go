@@ -12,7 +12,11 @@
 //
 //	Flush(off, n)   write back the cache lines (or pages) covering [off, off+n)
 //	Fence()         order: every Flush issued before completes before any later store
-//	Persist(off, n) Flush then Fence: [off, off+n) is durable when it returns
+//	Persist(off, n) Flush then Fence: [off, off+n) is durable when it returns nil
+//
+// Flush and Persist return the write-back failure (msync on emulated pools);
+// after one, the range's bytes must be assumed lost on media even though
+// the mapping still shows them.
 //
 // Callers store straight into Bytes() and then Persist what must be durable.
 // On media, structures hold offsets into Bytes(), never pointers.
@@ -53,9 +57,9 @@ type Medium interface {
 	// Bytes is the whole pool, mapped. Its length is Size().
 	Bytes() []byte
 	Size() int64
-	Flush(off, n int64)
+	Flush(off, n int64) error
 	Fence()
-	Persist(off, n int64)
+	Persist(off, n int64) error
 	Kind() Kind
 	// Close unmaps the pool and releases the pool lock.
 	Close() error
@@ -71,6 +75,15 @@ var (
 	// ErrTooSmall: the requested or found size cannot hold a file system.
 	ErrTooSmall = errors.New("pool too small")
 )
+
+// WritebackErrors is implemented by media that may report a write-back
+// failure to a Flush of another range (msync reports the pool file's
+// errors since the last check, wherever they happened). The count grows
+// with each failure a Flush returned; a caller whose unflushed stores were
+// outstanding while it grew must assume they were lost.
+type WritebackErrors interface {
+	WritebackErrors() uint64
+}
 
 // FileBacked is implemented by media whose bytes live in a file's page
 // cache (emulated pools). Moving data with pwrite and splice on that file

@@ -53,16 +53,17 @@ func (r *Recorder) Close() error { return nil }
 
 // Flush snapshots the current bytes of the cache lines covering [off, off+n).
 // They become durable at the next Fence.
-func (r *Recorder) Flush(off, n int64) {
+func (r *Recorder) Flush(off, n int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start, end, ok := clampRange(off, n, int64(len(r.buf)))
 	if !ok {
-		return
+		return nil
 	}
 	start &^= CacheLine - 1
 	end = min((end+CacheLine-1)&^(CacheLine-1), int64(len(r.buf)))
 	r.pending = append(r.pending, span{start, append([]byte(nil), r.buf[start:end]...)})
+	return nil
 }
 
 // Fence makes the pending flushes durable as one numbered fence (1, 2, ...).
@@ -76,9 +77,10 @@ func (r *Recorder) Fence() {
 	r.pending = nil
 }
 
-func (r *Recorder) Persist(off, n int64) {
+func (r *Recorder) Persist(off, n int64) error {
 	r.Flush(off, n)
 	r.Fence()
+	return nil
 }
 
 // Fences returns how many fences have been issued.

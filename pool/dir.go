@@ -106,7 +106,9 @@ func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino I
 		if err != nil {
 			return err
 		}
-		zeroRange(c.fs.m, int64(b.Off()), format.BlockSize)
+		if err := zeroRange(c.fs.m, int64(b.Off()), format.BlockSize); err != nil {
+			return ioErr("clearing a new directory block", err)
+		}
 		if err := c.fs.materialize(b, 1); err != nil {
 			return err
 		}
@@ -278,7 +280,11 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 		}
 		buf := fs.m.Bytes()[b.Off() : b.Off()+format.BlockSize]
 		clear(buf[copy(buf, ni.Target):])
-		fs.m.Persist(int64(b.Off()), format.BlockSize)
+		if err := fs.m.Persist(int64(b.Off()), format.BlockSize); err != nil {
+			c.abort()
+			fs.putBackIno(ino)
+			return nil, ioErr("writing a symlink target", err)
+		}
 		d.Size = uint64(len(ni.Target))
 		if err := c.putExtentsLocked(child, &d, []format.Extent{{Logical: 0, Phys: b, Len: 1}}); err != nil {
 			c.abort()

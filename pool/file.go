@@ -265,6 +265,9 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	old := in.exts
 	in.mu.Unlock()
 
+	// Before the copy: a write-back failure the medium reports from here
+	// on may be of these bytes.
+	gen := fs.wbGen()
 	// The copy: our blocks are ours alone under the range lock.
 	for _, e := range added { // fresh blocks only partly covered start as zeros
 		for _, fb := range []uint64{e.Logical, e.End() - 1} {
@@ -295,7 +298,7 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		in.mu.Lock()
 		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
 			first := Blk(p / bs)
-			in.markDirtyLocked(first, (uint64(p)+uint64(k)+bs-1)/bs-uint64(first))
+			in.markDirtyLocked(first, (uint64(p)+uint64(k)+bs-1)/bs-uint64(first), gen)
 		})
 		in.d.Mtime, in.d.Ctime = now, now
 		in.timesDirty = true
@@ -319,17 +322,47 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	// media flushed by cache line would otherwise show a previous owner's
 	// bytes after a crash) and overwritten old blocks are durable before
 	// the transaction that maps them or grows the size.
+	var ferr error
 	walk(old, off, int64(len(data)), func(p int64, _, k int) {
-		if p >= 0 {
-			fs.m.Flush(p, int64(k))
+		if p < 0 {
+			return
+		}
+		if err := fs.m.Flush(p, int64(k)); err != nil && ferr == nil {
+			ferr = err
 		}
 	})
 	for _, e := range added {
-		fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs))
+		if err := fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs)); err != nil && ferr == nil {
+			ferr = err
+		}
 	}
 	fs.m.Fence()
+	if ferr == nil && fs.wbGen() != gen {
+		ferr = fmt.Errorf("the pool medium reported a write-back failure during the write")
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if ferr != nil {
+		// Nothing is committed, so the fresh blocks go back unmapped; the
+		// overwritten ones changed and are not durable: fsync says so
+		// until they are rewritten.
+		c.abort()
+		var lost []LostRange
+		walk(old, off, int64(len(data)), func(p int64, _, k int) {
+			if p >= 0 {
+				first := Blk(p / bs)
+				n := (uint64(p)+uint64(k)+bs-1)/bs - uint64(first)
+				in.lost = addRange(in.lost, first, n)
+				lost = append(lost, in.lostRangesLocked(first, n, ferr, false)...)
+			}
+		})
+		if len(lost) > 0 {
+			in.mu.Unlock()
+			fs.LogLost(lost)
+			in.mu.Lock() // for the deferred unlock
+		}
+		return 0, ioErr(fmt.Sprintf("persisting the write of %d bytes at file byte %d", len(data), off), ferr)
+	}
 	nd := in.d
 	nd.Size = uint64(max(end, int64(in.d.Size)))
 	nd.Mtime, nd.Ctime = now, now
@@ -374,7 +407,9 @@ func (fs *FS) zeroTailLocked(in *Inode, from, to int64) error {
 	if err := fs.zeroPool(p, n); err != nil {
 		return err
 	}
-	fs.m.Persist(p, n)
+	if err := fs.m.Persist(p, n); err != nil {
+		return ioErr(fmt.Sprintf("clearing file bytes [%d, %d)", from, from+n), err)
+	}
 	return nil
 }
 
@@ -419,6 +454,7 @@ func (fs *FS) truncate(in *Inode, size uint64, apply func(nd *format.Inode)) err
 	}
 	if size > old {
 		if err := fs.zeroTailLocked(in, int64(old), int64(size)); err != nil {
+			c.abort() // an abandoned session holds its commit lock until then
 			return err
 		}
 	} else if size < old {
@@ -511,17 +547,23 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 			if r[1] <= r[0] {
 				continue
 			}
-			walk(in.exts, int64(r[0]), int64(r[1]-r[0]), func(p int64, _, k int) {
+			walk(in.exts, int64(r[0]), int64(r[1]-r[0]), func(p int64, pos, k int) {
 				if p >= 0 && werr == nil {
 					werr = fs.zeroPool(p, int64(k))
-					fs.m.Flush(p, int64(k))
+					if werr == nil {
+						if err := fs.m.Flush(p, int64(k)); err != nil {
+							// The edge reads as zeros but may not be on media.
+							in.lost = addRange(in.lost, Blk(p/bs), 1)
+							werr = ioErr(fmt.Sprintf("clearing file bytes [%d, %d)", int(r[0])+pos, int(r[0])+pos+k), err)
+						}
+					}
 				}
 			})
 		}
+		fs.m.Fence()
 		if werr != nil {
 			return werr
 		}
-		fs.m.Fence()
 		if full1 > full0 {
 			kept, removed := cutExtents(in.exts, full0, full1)
 			if len(removed) > 0 {
@@ -570,9 +612,11 @@ func (fs *FS) Fsync(in *Inode) error {
 		return err
 	}
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	fs.stats.Fsyncs.Add(1)
-	return in.syncLocked()
+	lost, err := in.syncLocked()
+	in.mu.Unlock()
+	fs.LogLost(lost)
+	return err
 }
 
 // SetAttr changes are applied when their field is non-nil.

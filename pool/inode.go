@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/lock"
@@ -42,6 +44,8 @@ type Inode struct {
 	krefs       int             // kernel references: FUSE node IDs the kernel holds for this inode (see KernelRef)
 	dirty       []format.Extent // pool block ranges written since the last fsync (Phys, Len)
 	allDirty    bool            // too many ranges: flush every extent
+	dirtyGen    uint64          // the medium's write-back error count before the oldest dirty write
+	lost        []format.Extent // pool block ranges whose flush failed, not rewritten since (Phys, Len)
 	timesDirty  bool            // d's times changed in DRAM only
 	linkable    bool            // made by CreateTmpfile and not linked yet: Link may give it its first name
 }
@@ -116,13 +120,14 @@ type change struct {
 func (fs *FS) begin() *change { return &change{fs: fs, tx: fs.j.Begin()} }
 
 // commit makes the change durable and applies its DRAM side effects.
+// A failed commit applies none of them.
 func (c *change) commit() error {
 	if err := c.tx.Commit(); err != nil {
 		c.abort()
 		if errors.Is(err, journal.ErrTooLarge) {
 			return fmt.Errorf("%w: %v", ErrTooBig, err)
 		}
-		return err
+		return ioErr("journal commit", err)
 	}
 	for _, f := range c.after {
 		f()
@@ -177,7 +182,9 @@ func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero bool) ([
 		lg := h.Logical
 		for _, r := range runs {
 			if zero {
-				zeroRange(c.fs.m, int64(r.Phys.Off()), int64(r.Len*bs))
+				if err := zeroRange(c.fs.m, int64(r.Phys.Off()), int64(r.Len*bs)); err != nil {
+					return nil, ioErr("clearing new blocks", err)
+				}
 			}
 			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
 			lg += r.Len
@@ -518,35 +525,181 @@ func (c *change) stageFreeInodeLocked(in *Inode) {
 	})
 }
 
-// syncLocked persists DRAM-only times and flushes written data.
-func (in *Inode) syncLocked() error {
-	in.flushDataLocked()
-	if !in.timesDirty {
-		return nil
+// syncLocked persists DRAM-only times and flushes written data. It fails
+// with ErrIO while any of the file's data failed to persist and has not
+// been rewritten since; lost lists the failures new in this call, for the
+// caller to log (see LogLost) once it holds no inode lock.
+func (in *Inode) syncLocked() (lost []LostRange, err error) {
+	lost = in.flushDataLocked()
+	if in.timesDirty {
+		c := in.fs.begin()
+		c.putInode(in, in.d)
+		err = c.commit()
 	}
-	c := in.fs.begin()
-	c.putInode(in, in.d)
-	return c.commit()
+	if ioe := in.lostErrLocked(); ioe != nil {
+		err = ioe
+	}
+	return lost, err
 }
 
-// flushDataLocked persists the data written since the last call.
-func (in *Inode) flushDataLocked() {
+// LostRange is file data whose flush failed.
+type LostRange struct {
+	Ino          Ino
+	Off, Len     int64 // file bytes
+	Phys         Blk   // first pool block
+	Err          error
+	Unattributed bool // the medium reported a write-back failure elsewhere while this data was unflushed
+}
+
+// wbGen is the medium's count of write-back failures it may have reported
+// to a flush of another range (0 when it has no such notion).
+func (fs *FS) wbGen() uint64 {
+	if fs.wb != nil {
+		return fs.wb.WritebackErrors()
+	}
+	return 0
+}
+
+// flushDataLocked persists the data written since the last call. Ranges
+// whose flush failed are remembered in in.lost (until rewritten) and
+// returned. When the medium reported a write-back failure anywhere since
+// the oldest of these writes, every range flushed counts as failed: the
+// failure may have been theirs (msync tells only that some page of the
+// pool file was lost).
+func (in *Inode) flushDataLocked() []LostRange {
 	m := in.fs.m
 	ranges := in.dirty
 	if in.allDirty {
 		ranges = in.exts
 	}
+	var lost []LostRange
+	var failed []format.Extent
+	var firstErr error
 	for _, e := range ranges {
-		m.Flush(int64(e.Phys.Off()), int64(e.Len*format.BlockSize))
+		if err := m.Flush(int64(e.Phys.Off()), int64(e.Len*format.BlockSize)); err != nil {
+			failed = append(failed, format.Extent{Phys: e.Phys, Len: e.Len})
+			lost = append(lost, in.lostRangesLocked(e.Phys, e.Len, err, false)...)
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
 	}
 	if len(ranges) > 0 {
 		m.Fence()
+		if g := in.fs.wbGen(); g != in.dirtyGen {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("the pool medium reported %d write-back failure(s) while this data was unflushed", g-in.dirtyGen)
+			}
+			failed, lost = failed[:0], lost[:0]
+			for _, e := range ranges {
+				failed = append(failed, format.Extent{Phys: e.Phys, Len: e.Len})
+				lost = append(lost, in.lostRangesLocked(e.Phys, e.Len, firstErr, true)...)
+			}
+		}
+	}
+	for _, e := range failed {
+		in.lost = addRange(in.lost, e.Phys, e.Len)
 	}
 	in.dirty, in.allDirty = in.dirty[:0], false
+	return lost
 }
 
-// markDirtyLocked records pool blocks [b, b+n) as written.
-func (in *Inode) markDirtyLocked(b Blk, n uint64) {
+// lostErrLocked is ErrIO naming the file's data lost and not rewritten
+// since, or nil. Ranges that left the file (truncate, punch) are dropped:
+// no byte of the file is unpersisted there any more.
+func (in *Inode) lostErrLocked() error {
+	if len(in.lost) == 0 {
+		return nil
+	}
+	var kept []format.Extent
+	var first LostRange
+	var bytes int64
+	for _, l := range in.lost {
+		for _, r := range in.lostRangesLocked(l.Phys, l.Len, nil, false) {
+			kept = addRange(kept, r.Phys, uint64(r.Len/format.BlockSize))
+			if bytes == 0 || r.Off < first.Off {
+				first = r
+			}
+			bytes += r.Len
+		}
+	}
+	in.lost = kept
+	if len(kept) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d bytes of inode %d (first at file byte %d) failed to persist and have not been rewritten since",
+		ErrIO, bytes, in.Ino, first.Off)
+}
+
+// lostRangesLocked maps pool blocks [b, b+n) to the file ranges they hold.
+func (in *Inode) lostRangesLocked(b Blk, n uint64, err error, unattributed bool) []LostRange {
+	var out []LostRange
+	for _, e := range in.exts {
+		lo, hi := max(b, e.Phys), min(b+Blk(n), e.Phys+Blk(e.Len))
+		if lo >= hi {
+			continue
+		}
+		out = append(out, LostRange{Ino: in.Ino, Off: int64(e.Logical+uint64(lo-e.Phys)) * format.BlockSize,
+			Len: int64(hi-lo) * format.BlockSize, Phys: lo, Err: err, Unattributed: unattributed})
+	}
+	return out
+}
+
+// addRange adds pool blocks [b, b+n) to a list of ranges (Phys, Len).
+func addRange(rs []format.Extent, b Blk, n uint64) []format.Extent {
+	return append(cutRange(rs, b, n), format.Extent{Phys: b, Len: n})
+}
+
+// cutRange removes pool blocks [b, b+n) from a list of ranges.
+func cutRange(rs []format.Extent, b Blk, n uint64) []format.Extent {
+	var out []format.Extent
+	end := b + Blk(n)
+	for _, r := range rs {
+		rEnd := r.Phys + Blk(r.Len)
+		if rEnd <= b || r.Phys >= end {
+			out = append(out, r)
+			continue
+		}
+		if r.Phys < b {
+			out = append(out, format.Extent{Phys: r.Phys, Len: uint64(b - r.Phys)})
+		}
+		if rEnd > end {
+			out = append(out, format.Extent{Phys: end, Len: uint64(rEnd - end)})
+		}
+	}
+	return out
+}
+
+// LogLost logs each lost range once, with the file's path when it still
+// has one. The caller holds no inode lock (PathOf locks directories).
+func (fs *FS) LogLost(lost []LostRange) {
+	for _, l := range lost {
+		path := ""
+		if in := fs.Inode(l.Ino); in != nil {
+			path = fs.PathOf(in)
+		}
+		msg := "file data failed to persist: rewrite these bytes (fsync of the file fails with EIO until then) and check the device holding the pool"
+		if l.Unattributed {
+			msg = "the pool medium lost data somewhere while this file data was unflushed: rewrite these bytes (fsync of the file fails with EIO until then) and check the device holding the pool"
+		}
+		fs.log.Error(msg, zap.Uint64("ino", uint64(l.Ino)), zap.String("path", path),
+			zap.Int64("offset", l.Off), zap.Int64("length", l.Len), zap.Uint64("pool_block", uint64(l.Phys)),
+			zap.Error(l.Err))
+	}
+}
+
+// markDirtyLocked records pool blocks [b, b+n) as written by a write that
+// began when the medium's write-back error count was gen. Writing a lost
+// range makes it dirty again: the next fsync persists it anew.
+func (in *Inode) markDirtyLocked(b Blk, n uint64, gen uint64) {
+	if len(in.lost) > 0 {
+		in.lost = cutRange(in.lost, b, n)
+	}
+	if len(in.dirty) == 0 && !in.allDirty {
+		in.dirtyGen = gen
+	} else {
+		in.dirtyGen = min(in.dirtyGen, gen)
+	}
 	if in.allDirty {
 		return
 	}

@@ -56,7 +56,14 @@ var (
 	ErrNotPool     = errors.New("not a dnnfs pool")
 	ErrPerm        = errors.New("operation not permitted")
 	ErrLoop        = errors.New("too many links")
+	// ErrIO: the medium failed to make bytes durable (a failed flush).
+	ErrIO = errors.New("input/output error: the pool medium failed to persist data")
 )
+
+// ioErr wraps a medium failure as ErrIO, keeping its text.
+func ioErr(what string, err error) error {
+	return fmt.Errorf("%w: %s: %v", ErrIO, what, err)
+}
 
 // Ino etc. re-exported for callers.
 type (
@@ -79,8 +86,9 @@ type FS struct {
 	genSeq  uint64
 
 	alloc allocator
-	zero  []byte   // read-only zeros served for holes
-	file  *os.File // pool file of an emulated pool (pmem.FileBacked), else nil
+	zero  []byte               // read-only zeros served for holes
+	file  *os.File             // pool file of an emulated pool (pmem.FileBacked), else nil
+	wb    pmem.WritebackErrors // the medium's, or nil
 
 	lockMode     LockMode
 	atime        AtimeMode
@@ -143,10 +151,14 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	b := m.Bytes()
 	// Invalidate the superblocks first: a crash during mkfs leaves "not a pool".
 	clear(b[:2*format.BlockSize])
-	m.Persist(0, 2*format.BlockSize)
+	if err := m.Persist(0, 2*format.BlockSize); err != nil {
+		return ioErr("clearing the superblocks", err)
+	}
 	// Metadata regions start out zero (free inodes). Data needs no clearing.
 	metaOff, metaLen := int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off())
-	zeroRange(m, metaOff, metaLen)
+	if err := zeroRange(m, metaOff, metaLen); err != nil {
+		return ioErr("clearing the metadata regions", err)
+	}
 	// On a sparse pool file, back the metadata regions now: a store into a
 	// hole of a full disk would kill the daemon with SIGBUS.
 	if fb, ok := m.(pmem.FileBacked); ok && fb.File() != nil {
@@ -154,30 +166,38 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 			return fmt.Errorf("reserving %d bytes of metadata in the pool file: %w", metaLen, err)
 		}
 	}
-	journal.Format(m, &sb)
+	if err := journal.Format(m, &sb); err != nil {
+		return ioErr("formatting", err)
+	}
 	root := format.Inode{Mode: format.ModeDir | 0o755, UID: uid, GID: gid, Nlink: 2, Gen: 1,
 		Atime: now, Mtime: now, Ctime: now}
 	off := sb.InodeOff(format.RootIno)
 	root.Encode(b[off : off+format.InodeSize])
-	m.Persist(int64(off), format.InodeSize)
+	if err := m.Persist(int64(off), format.InodeSize); err != nil {
+		return ioErr("writing the root inode", err)
+	}
 	sb.State = format.StateClean
 	sb.Encode(b[format.SuperReplica.Off():])
-	m.Persist(int64(format.SuperReplica.Off()), format.SuperSize)
+	if err := m.Persist(int64(format.SuperReplica.Off()), format.SuperSize); err != nil {
+		return ioErr("writing the replica superblock", err)
+	}
 	sb.Encode(b[format.SuperPrimary.Off():])
-	m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize)
+	if err := m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize); err != nil {
+		return ioErr("writing the primary superblock", err)
+	}
 	return nil
 }
 
 // zeroRange makes [off, off+n) read as zero and durable, cheaply on
 // media that can punch holes.
-func zeroRange(m pmem.Medium, off, n int64) {
+func zeroRange(m pmem.Medium, off, n int64) error {
 	if z, ok := m.(interface{ Zero(off, n int64) error }); ok {
 		if z.Zero(off, n) == nil {
-			return
+			return nil
 		}
 	}
 	clear(m.Bytes()[off : off+n])
-	m.Persist(off, n)
+	return m.Persist(off, n)
 }
 
 // materialize backs blocks [b, b+n) of a sparse pool file before metadata
@@ -218,13 +238,18 @@ func ReadSuperblock(m pmem.Medium) (sb format.Superblock, primaryErr error, err 
 }
 
 // writeSuperblock persists sb to the primary, then the replica, so one
-// copy is always whole.
-func (fs *FS) writeSuperblock() {
+// copy is always whole. The replica is left alone when the primary fails.
+func (fs *FS) writeSuperblock() error {
 	b := fs.m.Bytes()
 	fs.sb.Encode(b[format.SuperPrimary.Off():])
-	fs.m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize)
+	if err := fs.m.Persist(int64(format.SuperPrimary.Off()), format.SuperSize); err != nil {
+		return ioErr("writing the primary superblock", err)
+	}
 	fs.sb.Encode(b[format.SuperReplica.Off():])
-	fs.m.Persist(int64(format.SuperReplica.Off()), format.SuperSize)
+	if err := fs.m.Persist(int64(format.SuperReplica.Off()), format.SuperSize); err != nil {
+		return ioErr("writing the replica superblock", err)
+	}
+	return nil
 }
 
 // Open mounts the file system on m: replays the journal, loads every
@@ -247,6 +272,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if fb, ok := m.(pmem.FileBacked); ok {
 		fs.file = fb.File()
 	}
+	fs.wb, _ = m.(pmem.WritebackErrors)
 	if fs.j, err = journal.Open(m, &sb); err != nil {
 		return nil, nil, err
 	}
@@ -286,7 +312,9 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs.sb.State = format.StateMounted
 	fs.sb.MountCount++
 	fs.sb.MountTime = time.Now().UnixNano()
-	fs.writeSuperblock()
+	if err := fs.writeSuperblock(); err != nil {
+		return nil, nil, fmt.Errorf("marking the pool mounted: %w", err)
+	}
 	fs.genSeq = fs.sb.MountCount << 32
 	rep.Inodes = len(fs.inodes)
 	rep.FreeBlocks = fs.alloc.free()
@@ -323,19 +351,25 @@ func (fs *FS) Close() error {
 			}
 			continue
 		}
-		err := in.syncLocked()
+		lost, err := in.syncLocked()
 		in.mu.Unlock()
+		fs.LogLost(lost)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
-	fs.m.Persist(0, fs.m.Size())
+	if err := fs.j.Settle(); err != nil && firstErr == nil {
+		firstErr = ioErr("settling the journal", err)
+	}
+	if err := fs.m.Persist(0, fs.m.Size()); err != nil && firstErr == nil {
+		firstErr = ioErr("persisting the pool", err)
+	}
 	if firstErr != nil {
+		// The pool stays marked mounted: the next mount checks it.
 		return firstErr
 	}
 	fs.sb.State = format.StateClean
-	fs.writeSuperblock()
-	return nil
+	return fs.writeSuperblock()
 }
 
 // Superblock returns a copy of the superblock.

@@ -206,7 +206,10 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	for i, seg := range s.segs {
 		atomic.StoreUint64(fs.tailWord(s, i), seg.start)
 	}
-	fs.m.Persist(int64(plog.Off()), int64(pb)*bs)
+	if err := fs.m.Persist(int64(plog.Off()), int64(pb)*bs); err != nil {
+		c.abort()
+		return ioErr("writing a session's P_logs", err)
+	}
 	region := mem[flog.Off() : flog.Off()+format.Off(fb)*bs]
 	clear(region)
 	s.hdr.Encode(region)
@@ -214,7 +217,10 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		e := fs.entryOf(s, i)
 		e.Encode(region[format.FLHeader+i*format.FLEntry:])
 	}
-	fs.m.Persist(int64(flog.Off()), int64(len(region)))
+	if err := fs.m.Persist(int64(flog.Off()), int64(len(region))); err != nil {
+		c.abort()
+		return ioErr("writing a session's F_log", err)
+	}
 	nd.SetSessionFields(uint32(threads), 0, flog, size, mode)
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
@@ -335,16 +341,28 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 		return nil
 	}
 	if target > from {
+		var ferr error
 		if s.mode == format.SessionWrite {
 			walk(exts, int64(from), int64(target-from), func(p int64, _, k int) {
 				if p >= 0 {
-					fs.m.Flush(p, int64(k))
+					if err := fs.m.Flush(p, int64(k)); err != nil && ferr == nil {
+						ferr = err
+					}
 				}
 			})
 			fs.m.Fence()
 		}
+		if ferr != nil {
+			// The tail must not pass data that is not durable.
+			s.cmu.Unlock()
+			return ioErr(fmt.Sprintf("persisting segment %d's data [%d, %d)", seg.idx, from, target), ferr)
+		}
 		atomic.StoreUint64(fs.tailWord(s, seg.idx), target)
-		fs.m.Persist(int64(fs.tailOff(s, seg.idx)), 8)
+		if err := fs.m.Persist(int64(fs.tailOff(s, seg.idx)), 8); err != nil {
+			// Memory may run ahead of the media here: a crash redoes more.
+			s.cmu.Unlock()
+			return ioErr(fmt.Sprintf("persisting segment %d's tail", seg.idx), err)
+		}
 		seg.persisted.Store(target)
 	}
 	if storePid || finish {

@@ -126,7 +126,10 @@ func (fs *FS) CreateTable(in *Inode, hdr format.TableHeader, shards []format.Sha
 	for i := range shards {
 		shards[i].Encode(region[format.TBHeader+i*format.ShardEntrySize:])
 	}
-	fs.m.Persist(int64(desc.Off()), int64(len(region)))
+	if err := fs.m.Persist(int64(desc.Off()), int64(len(region))); err != nil {
+		c.abort()
+		return ioErr("writing the table descriptor", err)
+	}
 	nd := in.d
 	nd.Flags |= format.InodeTable
 	nd.SetTableBlk(desc)
@@ -251,9 +254,19 @@ func (fs *FS) RegisterTierDevice(d format.TierDevice) (format.DevID, error) {
 			return 0, err
 		}
 		copy(fs.m.Bytes()[b.Off():], buf)
-		fs.m.Persist(int64(b.Off()), format.BlockSize)
+		if err := fs.m.Persist(int64(b.Off()), format.BlockSize); err != nil {
+			fs.alloc.release(b, 1)
+			return 0, ioErr("writing the SSD-tier registry", err)
+		}
 		fs.sb.Tier = b
-		fs.writeSuperblock()
+		if err := fs.writeSuperblock(); err != nil {
+			// Point the superblocks back to no registry (best effort:
+			// the medium is failing) before the block is reused.
+			fs.sb.Tier = 0
+			_ = fs.writeSuperblock()
+			fs.alloc.release(b, 1)
+			return 0, err
+		}
 	} else {
 		c := fs.begin()
 		c.tx.Write(fs.sb.Tier.Off(), buf)

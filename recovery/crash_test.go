@@ -217,15 +217,15 @@ func newRecorder(initial []byte) *recorder {
 	return &recorder{Recorder: pmem.NewRecorder(initial)}
 }
 
-func (r *recorder) Flush(off, n int64) {
+func (r *recorder) Flush(off, n int64) error {
 	size := int64(len(r.Bytes()))
 	if n <= 0 || off >= size {
-		return
+		return nil
 	}
 	start := max(off, 0) &^ (pmem.CacheLine - 1)
 	end := min((min(off+n, size)+pmem.CacheLine-1)&^(pmem.CacheLine-1), size)
 	r.pending = append(r.pending, rspan{start, append([]byte(nil), r.Bytes()[start:end]...)})
-	r.Recorder.Flush(off, n)
+	return r.Recorder.Flush(off, n)
 }
 
 func (r *recorder) Fence() {
@@ -234,7 +234,7 @@ func (r *recorder) Fence() {
 	r.Recorder.Fence()
 }
 
-func (r *recorder) Persist(off, n int64) { r.Flush(off, n); r.Fence() }
+func (r *recorder) Persist(off, n int64) error { r.Flush(off, n); r.Fence(); return nil }
 
 // apply turns image k-1 into image k.
 func (r *recorder) apply(img []byte, k int) {
@@ -246,10 +246,10 @@ func (r *recorder) apply(img []byte, k int) {
 // sliceMedium is a DRAM medium over an existing image (no copy).
 type sliceMedium []byte
 
-func (m sliceMedium) Bytes() []byte        { return m }
-func (m sliceMedium) Size() int64          { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64)   {}
-func (m sliceMedium) Fence()               {}
-func (m sliceMedium) Persist(off, n int64) {}
-func (m sliceMedium) Kind() pmem.Kind      { return pmem.Memory }
-func (m sliceMedium) Close() error         { return nil }
+func (m sliceMedium) Bytes() []byte              { return m }
+func (m sliceMedium) Size() int64                { return int64(len(m)) }
+func (m sliceMedium) Flush(off, n int64) error   { return nil }
+func (m sliceMedium) Fence()                     {}
+func (m sliceMedium) Persist(off, n int64) error { return nil }
+func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
+func (m sliceMedium) Close() error               { return nil }

@@ -84,7 +84,9 @@ func repairSuperblocks(m pmem.Medium) (format.Superblock, []string, error) {
 	}
 	b := m.Bytes()
 	sb.Encode(b[dst.Off():])
-	m.Persist(int64(dst.Off()), format.SuperSize)
+	if err := m.Persist(int64(dst.Off()), format.SuperSize); err != nil {
+		return sb, nil, fmt.Errorf("%s: rewriting from the %s: %w", name, from, err)
+	}
 	return sb, []string{fmt.Sprintf("%s: %s: rewritten from the %s", name, probs[0].What, from)}, nil
 }
 
@@ -165,7 +167,9 @@ func repairJournal(m pmem.Medium, sb *format.Superblock) (*journal.Journal, []st
 	_, _, probs := readJournal(m, sb)
 	start := sb.JournalStart.Off()
 	if le.Uint64(m.Bytes()[start+format.JHMagic:]) != format.JournalMagic {
-		journal.Format(m, sb)
+		if err := journal.Format(m, sb); err != nil {
+			return nil, done, fmt.Errorf("%s: %w", journalName(sb), err)
+		}
 		done = append(done, journalName(sb)+": "+probs[0].What+": rewrote an empty journal")
 		probs = nil
 	}
@@ -180,7 +184,9 @@ func repairJournal(m pmem.Medium, sb *format.Superblock) (*journal.Journal, []st
 		// Damaged: retire it without applying anything.
 		word := (*uint64)(unsafe.Pointer(&m.Bytes()[start+format.JHCommit]))
 		atomic.StoreUint64(word, 0)
-		m.Persist(int64(start+format.JHCommit), 8)
+		if err := m.Persist(int64(start+format.JHCommit), 8); err != nil {
+			return nil, done, fmt.Errorf("%s: retiring: %w", journalName(sb), err)
+		}
 		return j, append(done, journalName(sb)+": "+probs[0].What), nil
 	}
 	seq := le.Uint64(m.Bytes()[start+format.JHCommit:])

@@ -63,7 +63,9 @@ func (a *analysis) checkTier() {
 		b := m.Bytes()
 		for _, blk := range []format.Blk{format.SuperPrimary, format.SuperReplica} {
 			sb.Encode(b[blk.Off():])
-			m.Persist(int64(blk.Off()), format.SuperSize)
+			if err := m.Persist(int64(blk.Off()), format.SuperSize); err != nil {
+				return nil, fmt.Errorf("superblock at block %d: %w", blk, err)
+			}
 		}
 		return []string{fmt.Sprintf("superblock: dropped the SSD-tier registry (%s); the embedding tables lose their devices", why)}, nil
 	}})

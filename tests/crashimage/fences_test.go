@@ -427,13 +427,13 @@ func (s *script) fullChecks(k int) bool {
 // nothing.
 type sliceMedium []byte
 
-func (m sliceMedium) Bytes() []byte        { return m }
-func (m sliceMedium) Size() int64          { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64)   {}
-func (m sliceMedium) Fence()               {}
-func (m sliceMedium) Persist(off, n int64) {}
-func (m sliceMedium) Kind() pmem.Kind      { return pmem.Memory }
-func (m sliceMedium) Close() error         { return nil }
+func (m sliceMedium) Bytes() []byte              { return m }
+func (m sliceMedium) Size() int64                { return int64(len(m)) }
+func (m sliceMedium) Flush(off, n int64) error   { return nil }
+func (m sliceMedium) Fence()                     {}
+func (m sliceMedium) Persist(off, n int64) error { return nil }
+func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
+func (m sliceMedium) Close() error               { return nil }
 
 // probe creates, writes, renames and removes a file and a directory.
 func probe(p *pool.FS) error {

@@ -15,16 +15,17 @@ type lossy struct {
 	drop  func(off, n int64) bool
 }
 
-func (l *lossy) Flush(off, n int64) {
+func (l *lossy) Flush(off, n int64) error {
 	if l.armed && l.drop(off, n) {
-		return
+		return nil
 	}
-	l.Medium.Flush(off, n)
+	return l.Medium.Flush(off, n)
 }
 
-func (l *lossy) Persist(off, n int64) {
-	l.Flush(off, n)
+func (l *lossy) Persist(off, n int64) error {
+	err := l.Flush(off, n)
 	l.Medium.Fence()
+	return err
 }
 
 // shortScript is a few operations touching data, directories and xattrs.

@@ -53,7 +53,7 @@ func putBuf(b []byte) {
 	}
 }
 
-func (t *tee) Flush(off, n int64) {
+func (t *tee) Flush(off, n int64) error {
 	size := int64(len(t.Bytes()))
 	if n > 0 && off < size {
 		start, end := max(off, 0), size
@@ -68,7 +68,7 @@ func (t *tee) Flush(off, n int64) {
 			t.mu.Unlock()
 		}
 	}
-	t.Medium.Flush(off, n)
+	return t.Medium.Flush(off, n)
 }
 
 func (t *tee) Fence() {
@@ -79,9 +79,10 @@ func (t *tee) Fence() {
 	t.Medium.Fence()
 }
 
-func (t *tee) Persist(off, n int64) {
-	t.Flush(off, n)
+func (t *tee) Persist(off, n int64) error {
+	err := t.Flush(off, n)
 	t.Fence()
+	return err
 }
 
 // images walks the crash images of consecutive fences.

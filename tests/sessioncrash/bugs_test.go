@@ -30,19 +30,20 @@ type hookMedium struct {
 	onFlush func(off, n int64)
 }
 
-func (h *hookMedium) Flush(off, n int64) {
+func (h *hookMedium) Flush(off, n int64) error {
 	h.mu.Lock()
 	f := h.onFlush
 	h.mu.Unlock()
 	if f != nil {
 		f(off, n)
 	}
-	h.Medium.Flush(off, n)
+	return h.Medium.Flush(off, n)
 }
 
-func (h *hookMedium) Persist(off, n int64) {
-	h.Flush(off, n)
+func (h *hookMedium) Persist(off, n int64) error {
+	err := h.Flush(off, n)
 	h.Medium.Fence()
+	return err
 }
 
 func (h *hookMedium) setFlush(f func(off, n int64)) {

@@ -888,13 +888,13 @@ func (s *script) resume(p *pool.FS, o observed, st int) error {
 // sliceMedium is a DRAM medium over b itself: Flush and Fence do nothing.
 type sliceMedium []byte
 
-func (m sliceMedium) Bytes() []byte        { return m }
-func (m sliceMedium) Size() int64          { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64)   {}
-func (m sliceMedium) Fence()               {}
-func (m sliceMedium) Persist(off, n int64) {}
-func (m sliceMedium) Kind() pmem.Kind      { return pmem.Memory }
-func (m sliceMedium) Close() error         { return nil }
+func (m sliceMedium) Bytes() []byte              { return m }
+func (m sliceMedium) Size() int64                { return int64(len(m)) }
+func (m sliceMedium) Flush(off, n int64) error   { return nil }
+func (m sliceMedium) Fence()                     {}
+func (m sliceMedium) Persist(off, n int64) error { return nil }
+func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
+func (m sliceMedium) Close() error               { return nil }
 
 // ---------------------------------------------------------------------------
 // The tests.

@@ -36,11 +36,11 @@ type tracer struct {
 	drop func(off, n int64) bool
 }
 
-func (t *tracer) Flush(off, n int64) {
+func (t *tracer) Flush(off, n int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.drop != nil && t.drop(off, n) {
-		return
+		return nil
 	}
 	size := t.Medium.Size()
 	if n > 0 && off < size {
@@ -48,7 +48,7 @@ func (t *tracer) Flush(off, n int64) {
 		end := min((min(off+n, size)+pmem.CacheLine-1)&^(pmem.CacheLine-1), size)
 		t.pending = append(t.pending, span{start, append([]byte(nil), t.Medium.Bytes()[start:end]...)})
 	}
-	t.Medium.Flush(off, n)
+	return t.Medium.Flush(off, n)
 }
 
 func (t *tracer) Fence() {
@@ -59,9 +59,10 @@ func (t *tracer) Fence() {
 	t.Medium.Fence()
 }
 
-func (t *tracer) Persist(off, n int64) {
-	t.Flush(off, n)
+func (t *tracer) Persist(off, n int64) error {
+	err := t.Flush(off, n)
 	t.Fence()
+	return err
 }
 
 func (t *tracer) Fences() int {
