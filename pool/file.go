@@ -361,7 +361,7 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 			fs.LogLost(lost)
 			in.mu.Lock() // for the deferred unlock
 		}
-		return 0, ioErr(fmt.Sprintf("persisting the write of %d bytes at file byte %d", len(data), off), ferr)
+		return 0, false, ioErr(fmt.Sprintf("persisting the write of %d bytes at file byte %d", len(data), off), ferr)
 	}
 	nd := in.d
 	nd.Size = uint64(max(end, int64(in.d.Size)))
