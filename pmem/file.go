@@ -105,13 +105,14 @@ func Create(path string, size int64, force bool) error {
 // dropped when the process closes ANY descriptor of the file. Open therefore
 // also refuses a second open of the same pool within this process, and
 // nothing else in the process should open the pool file directly.
-func Open(path string) (Medium, error) { return open(path, false) }
+func Open(path string) (Medium, error) { return open(path, modeReadWrite) }
 
 // OpenReadOnly maps the pool read-only under a shared lock, for inspection
 // (fsck without repair). It fails with ErrInUse while a daemon has the pool
 // open read-write. Flush, Fence and Persist do nothing on it, and storing
-// into Bytes() faults.
-func OpenReadOnly(path string) (Medium, error) { return open(path, true) }
+// into Bytes() faults. The mapping is shared, so nothing is copied: a pool
+// larger than RAM opens.
+func OpenReadOnly(path string) (Medium, error) { return open(path, modeReadOnly) }
 
 // fileMedium is a pool mapped from a file or a DAX device.
 type fileMedium struct {
@@ -119,7 +120,8 @@ type fileMedium struct {
 	f        *os.File
 	data     []byte
 	kind     Kind
-	readOnly bool
+	readOnly bool // the pool file is never written
+	private  bool // readOnly, but stores into data succeed and stay in this process
 	key      fileKey
 
 	errMu    sync.Mutex
@@ -147,16 +149,17 @@ func openHere(fi os.FileInfo) bool {
 	return openPools[fileKey{uint64(st.Dev), st.Ino}]
 }
 
-func open(path string, readOnly bool) (_ Medium, err error) {
+func open(path string, mode openMode) (_ Medium, err error) {
+	readOnly := mode != modeReadWrite
 	flag, lock, prot := os.O_RDWR, int16(unix.F_WRLCK), unix.PROT_READ|unix.PROT_WRITE
-	if readOnly {
-		flag, lock = os.O_RDONLY, unix.F_RDLCK
-	}
 	share := unix.MAP_SHARED
-	if readOnly {
-		// A private copy-on-write map: a checker may replay the journal
-		// and look at the result without one byte reaching the pool.
-		share = unix.MAP_PRIVATE
+	switch mode {
+	case modeReadOnly:
+		flag, lock, prot = os.O_RDONLY, unix.F_RDLCK, unix.PROT_READ
+	case modePrivate:
+		// Copy-on-write without reserving the whole size: only the pages
+		// stored into cost memory (see OpenPrivate).
+		flag, lock, share = os.O_RDONLY, unix.F_RDLCK, unix.MAP_PRIVATE|unix.MAP_NORESERVE
 	}
 	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
@@ -194,7 +197,7 @@ func open(path string, readOnly bool) (_ Medium, err error) {
 		return nil, err
 	}
 
-	m := &fileMedium{path: path, f: f, readOnly: readOnly, key: key}
+	m := &fileMedium{path: path, f: f, readOnly: readOnly, private: mode == modePrivate, key: key}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		size, err := deviceSize(f)
@@ -330,11 +333,15 @@ func (m *fileMedium) Persist(off, n int64) {
 
 // Zero makes [off, off+n) read as zeros, durably. On an emulated pool it
 // punches a hole in the file, which also gives the space back; DAX media
-// clear and flush. A read-only (private) map is cleared in memory only.
+// clear and flush. A private map (OpenPrivate) is cleared in this process
+// only; a read-only one refuses.
 func (m *fileMedium) Zero(off, n int64) error {
 	start, end, ok := clampRange(off, n, int64(len(m.data)))
 	if !ok {
 		return nil
+	}
+	if m.readOnly {
+		return m.zeroUnwritten(start, end)
 	}
 	if m.kind == Emulated && !m.readOnly {
 		err := unix.Fallocate(int(m.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
