@@ -33,68 +33,112 @@ const mapSync = 0x80000
 // that it holds at least size bytes (0 means the whole device). A device
 // always exists, so it too needs force: it may hold someone's pool.
 //
-// Create refuses with ErrInUse if a process has the pool open.
+// Create refuses with ErrInUse if a process has the pool open. A file it
+// created is removed again if it fails.
 func Create(path string, size int64, force bool) error {
+	_, err := CreatePool(path, size, force)
+	return err
+}
+
+// CreatePool is Create that also returns, when it created the file, a
+// function that removes it again (only if path still names that file), for
+// a caller whose later steps (formatting) fail; undo is nil otherwise.
+func CreatePool(path string, size int64, force bool) (undo func(), err error) {
 	st, err := os.Stat(path)
 	switch {
+	case err == nil && st.IsDir():
+		return nil, fmt.Errorf("%s is a directory", path)
 	case err == nil && !force:
-		return fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+		return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
+	exists := err == nil
 
 	// Opening and closing the file from this process would drop the lock of
 	// a pool this process has open, so refuse before touching it.
-	if err == nil && openHere(st) {
-		return fmt.Errorf("%s: %w (open in this process, pid %d)", path, ErrInUse, os.Getpid())
+	if exists && openHere(st) {
+		return nil, fmt.Errorf("%s: %w (open in this process, pid %d)", path, ErrInUse, os.Getpid())
 	}
-	if err == nil && st.Mode()&os.ModeCharDevice != 0 {
+	if exists && st.Mode()&os.ModeCharDevice != 0 {
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
-			return fmt.Errorf("create pool: %w", err)
+			return nil, fmt.Errorf("create pool: %w", err)
 		}
 		defer f.Close()
 		if err := lockFile(f, path, unix.F_WRLCK); err != nil {
-			return err
+			return nil, err
 		}
 		have, err := deviceSize(f)
 		if err != nil {
-			return fmt.Errorf("%s: device size: %w", path, err)
+			return nil, fmt.Errorf("%s: device size: %w", path, err)
 		}
 		if size < 0 || have < size || have < MinSize {
-			return fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, have, max(size, MinSize), ErrTooSmall)
+			return nil, fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, have, max(size, MinSize), ErrTooSmall)
 		}
-		return nil
+		return nil, nil
 	}
 
 	if size <= 0 || size%4096 != 0 {
-		return fmt.Errorf("%s: pool size %d must be a positive multiple of 4096", path, size)
+		return nil, fmt.Errorf("%s: pool size %d must be a positive multiple of 4096", path, size)
 	}
 	if size < MinSize {
-		return fmt.Errorf("%s: pool size %d is below %d bytes: %w", path, size, MinSize, ErrTooSmall)
+		return nil, fmt.Errorf("%s: pool size %d is below %d bytes: %w", path, size, MinSize, ErrTooSmall)
+	}
+	if err := checkMappable(size); err != nil {
+		return nil, fmt.Errorf("%s: pool size %d: %w", path, size, err)
 	}
 	// No O_TRUNC: a running daemon must not see its mapping shrink, so take
-	// the lock first and truncate only once we hold it.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// the lock first and truncate only once we hold it. O_EXCL: a file that
+	// appeared since the Stat is not ours to remove.
+	flag := os.O_RDWR | os.O_CREATE
+	if !exists {
+		flag |= os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if errors.Is(err, os.ErrExist) && !force {
+		return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+	} else if errors.Is(err, os.ErrExist) {
+		exists = true
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	defer f.Close()
+	var remove func()
+	if !exists {
+		remove = removeIfSame(path, f)
+		defer func() {
+			if err != nil {
+				remove()
+			}
+		}()
+	}
 	if err := lockFile(f, path, unix.F_WRLCK); err != nil {
-		return err
+		return nil, err
+	}
+	// Try the size before emptying the file: a file system that cannot hold
+	// it (EFBIG) fails here with an existing file unchanged (growing a file
+	// that the next steps empty anyway changes nothing that matters).
+	if err := f.Truncate(size); err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	// Truncate to 0 first so no old pool survives in the new one, then extend:
 	// ftruncate allocates nothing, the file stays sparse.
 	if err := f.Truncate(0); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if err := f.Truncate(size); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	return remove, nil
 }
 
 // Open maps the pool at path read-write and holds an exclusive lock on it

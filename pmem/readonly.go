@@ -56,3 +56,32 @@ func (m *fileMedium) zeroUnwritten(start, end int64) error {
 	}
 	return nil
 }
+
+// checkMappable reserves (and releases) size bytes of address space, so
+// that a pool this process could never map is refused before its file is
+// created or emptied.
+func checkMappable(size int64) error {
+	if int64(int(size)) != size {
+		return fmt.Errorf("does not fit in the address space")
+	}
+	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return fmt.Errorf("does not fit in this process's address space: %w", err)
+	}
+	return unix.Munmap(b)
+}
+
+// removeIfSame returns a function that removes path if it still names the
+// file f was opened on (CreatePool's undo).
+func removeIfSame(path string, f *os.File) func() {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return func() {}
+	}
+	return func() {
+		var now unix.Stat_t
+		if err := unix.Stat(path, &now); err == nil && now.Dev == st.Dev && now.Ino == st.Ino {
+			os.Remove(path)
+		}
+	}
+}
