@@ -90,7 +90,8 @@ type FS struct {
 	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
 	tableFreed TableFreed          // see SetTableFreed
 
-	closed atomic.Bool
+	closed  atomic.Bool
+	stamped bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.
 	stats Stats
 }
@@ -109,6 +110,11 @@ type Options struct {
 	// TailInterval is the progress (bytes) between persisted session tails;
 	// 0 means DefaultTailInterval.
 	TailInterval uint64
+	// DeferStamp: Open does not mark the pool mounted; the caller calls
+	// Stamp before anything can change it (before serving). A clean pool
+	// is then not written at all until Stamp, so a mount that fails after
+	// Open (SSD tier, FUSE mount) leaves it byte-identical.
+	DeferStamp bool
 }
 
 // MountReport says what Open found and did.
@@ -279,15 +285,28 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if rep.SessionsOpen, rep.SessionsClosed, err = fs.recoverSessions(); err != nil {
 		return nil, nil, fmt.Errorf("recovering segmented sessions: %w", err)
 	}
-	fs.sb.State = format.StateMounted
-	fs.sb.MountCount++
-	fs.sb.MountTime = time.Now().UnixNano()
-	fs.writeSuperblock()
-	fs.genSeq = fs.sb.MountCount << 32
+	// Generations of this mount: the mount count Stamp persists.
+	fs.genSeq = (fs.sb.MountCount + 1) << 32
+	if !opts.DeferStamp {
+		fs.Stamp()
+	}
 	rep.Inodes = len(fs.inodes)
 	rep.FreeBlocks = fs.alloc.free()
 	rep.UsedBlocks = sb.Blocks - uint64(sb.DataStart) - rep.FreeBlocks
 	return fs, rep, nil
+}
+
+// Stamp marks the pool mounted: state, mount count and time, in both
+// superblocks (Open does it unless Options.DeferStamp).
+func (fs *FS) Stamp() {
+	if fs.stamped {
+		return
+	}
+	fs.stamped = true
+	fs.sb.State = format.StateMounted
+	fs.sb.MountCount++
+	fs.sb.MountTime = time.Now().UnixNano()
+	fs.writeSuperblock()
 }
 
 // Close flushes DRAM-only state (times), marks the pool clean and
@@ -328,6 +347,9 @@ func (fs *FS) Close() error {
 	fs.m.Persist(0, fs.m.Size())
 	if firstErr != nil {
 		return firstErr
+	}
+	if !fs.stamped {
+		return nil // never marked mounted (Options.DeferStamp): nothing to undo
 	}
 	fs.sb.State = format.StateClean
 	fs.writeSuperblock()
