@@ -270,16 +270,22 @@ func TestFailedMkfsLeavesNoFile(t *testing.T) {
 	// Too large to map in this process (and, on most file systems, larger
 	// than a file may be).
 	const huge = "200TiB"
+	// (badRun gets no pool to hash: a file left behind may be huge.)
 	p := filepath.Join(dir, "new")
-	badRun(t, p, []int{1}, "mkfs", "--pool", p, "--size", huge)
-	if _, err := os.Lstat(p); err == nil {
-		t.Errorf("a failed mkfs left %s behind", p)
+	badRun(t, "", []int{1}, "mkfs", "--pool", p, "--size", huge)
+	if st, err := os.Lstat(p); err == nil {
+		t.Errorf("a failed mkfs left %s behind (%d bytes)", p, st.Size())
 	}
 	// An existing file, even with --force, keeps its bytes.
 	keep := filepath.Join(dir, "keep")
-	writeFile(t, keep, []byte("someone's data"), 0o600)
-	badRun(t, keep, []int{1}, "mkfs", "--pool", keep, "--size", huge, "--force")
-	wantBytes(t, "the existing file after a failed mkfs --force", readFile(t, keep), []byte("someone's data"))
+	data := []byte("someone's data")
+	writeFile(t, keep, data, 0o600)
+	badRun(t, "", []int{1}, "mkfs", "--pool", keep, "--size", huge, "--force")
+	if st, err := os.Stat(keep); err != nil || st.Size() != int64(len(data)) {
+		t.Errorf("the existing file after a failed mkfs --force: %v, want %d bytes", err, len(data))
+	} else {
+		wantBytes(t, "the existing file after a failed mkfs --force", readFile(t, keep), data)
+	}
 	// A directory is named as such and stays.
 	sub := filepath.Join(dir, "sub")
 	must(t, os.Mkdir(sub, 0o755))
