@@ -200,6 +200,8 @@ type Device struct {
 	closing bool
 	loaders sync.WaitGroup
 
+	created unix.Stat_t // of the backing file if openDevice created it, else zero (removeIfCreated)
+
 	dirty    atomic.Bool // written since the last Sync
 	inflight atomic.Int64
 
@@ -227,7 +229,13 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 	}
 	dir, _ := filepath.Abs(spec.Dir)
 	path := filepath.Join(dir, BackingName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	var created unix.Stat_t
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	} else if err == nil {
+		_ = unix.Fstat(int(f.Fd()), &created)
+	}
 	if err != nil {
 		return nil, zero, false, fmt.Errorf("SSD backing file %s: %w", path, unwrapPath(err))
 	}
@@ -235,7 +243,7 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 		f.Close()
 		return nil, zero, false, fmt.Errorf("SSD backing file %s is in use by another dnnfs daemon", path)
 	}
-	d := &Device{Dir: dir, model: spec.Model, file: f}
+	d := &Device{Dir: dir, model: spec.Model, file: f, created: created}
 	fb := &fileBacking{f: f, dioAlign: format.BlockSize, memAlign: format.BlockSize}
 	var stx unix.Statx_t
 	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &stx); err == nil &&
@@ -284,6 +292,21 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 		return nil, zero, false, fmt.Errorf("SSD backing file %s: %w", path, err)
 	}
 	return d, l, false, nil
+}
+
+// removeIfCreated removes the backing file of a device that was never
+// registered, if openDevice created it and it is still that file and
+// empty: a mount that fails leaves the directory as it found it. Call it
+// after close.
+func (d *Device) removeIfCreated() {
+	if d.created.Ino == 0 {
+		return
+	}
+	path := filepath.Join(d.Dir, BackingName)
+	var now unix.Stat_t
+	if err := unix.Stat(path, &now); err == nil && now.Size == 0 && now.Dev == d.created.Dev && now.Ino == d.created.Ino {
+		os.Remove(path)
+	}
 }
 
 // writeLabel writes and syncs the device label.

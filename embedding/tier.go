@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -87,12 +88,32 @@ type Tier struct {
 
 	useful atomic.Uint64 // bytes callers asked for (reads, lookups)
 	mig    migrator
+
+	pending  []*Device     // new devices Prepare found; Start registers them
+	migEvery time.Duration // the migrator's period (Start)
 }
 
 // Open attaches the SSD-tier devices to a mounted pool: registers new
 // directories, checks labels, rebuilds free shard space from the
-// translation tables and starts the loaders.
+// translation tables and starts the loaders. It is Prepare then Start.
 func Open(p *pool.FS, opts Options) (*Tier, error) {
+	t, err := Prepare(p, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Start(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Prepare opens and checks every device (labels against the pool's
+// registry) and rebuilds the tables' state, writing nothing: new
+// directories are registered by Start. A Prepare that fails, or a prepared
+// tier closed before Start, leaves the pool and the directories as they
+// were (a backing file it created is removed again).
+func Prepare(p *pool.FS, opts Options) (*Tier, error) {
 	log := opts.Log
 	if log == nil {
 		log = zap.NewNop()
@@ -110,52 +131,53 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 		opts.Placement = DefaultWeights
 	}
 	t := &Tier{p: p, log: log, sched: scheduler{cfg: opts.Sched}, weight: opts.Placement,
-		shardB: opts.ShardBytes, tables: map[pool.Ino]*Table{}}
+		shardB: opts.ShardBytes, tables: map[pool.Ino]*Table{}, migEvery: opts.Migrate}
 	if t.shardB == 0 {
 		t.shardB = DefaultShardBytes
 	}
-	seen := map[string]bool{}
+	if err := CheckDevices(opts.Devices); err != nil {
+		return nil, err
+	}
 	var opened []*Device
 	fail := func(err error) (*Tier, error) {
 		for _, d := range opened {
 			d.close()
+			d.removeIfCreated()
 		}
 		return nil, err
 	}
+	reg := p.TierDevices()
+	next := len(reg) + 1 // the id the next new device gets
 	for _, spec := range opts.Devices {
-		abs, _ := filepath.Abs(spec.Dir)
-		if seen[abs] {
-			return fail(fmt.Errorf("--ssd %s given twice", spec.Dir))
-		}
-		seen[abs] = true
 		d, label, fresh, err := openDevice(spec)
 		if err != nil {
 			return fail(err)
 		}
 		opened = append(opened, d)
-		reg := p.TierDevices()
 		switch {
 		case fresh:
-			if err := t.register(d, len(reg)+1); err != nil {
-				return fail(err)
-			}
+			d.ID = format.DevID(next)
+			next++
+			t.pending = append(t.pending, d)
 		case label.Pool != p.UUID():
 			return fail(fmt.Errorf("SSD directory %s belongs to another pool (uuid %x); give this pool its own directory", d.Dir, label.Pool))
-		case int(label.Dev) == len(reg)+1:
+		case int(label.Dev) == next:
 			// Labelled, then the daemon died before the registry named
 			// it: register it now (FORMAT.md, register a device).
-			if err := t.register(d, int(label.Dev)); err != nil {
-				return fail(err)
-			}
+			d.ID = label.Dev
+			next++
+			t.pending = append(t.pending, d)
 		case int(label.Dev) > len(reg) || reg[label.Dev-1].UUID != label.UUID:
 			return fail(fmt.Errorf("SSD directory %s holds device %d (uuid %x), which this pool's registry does not list: not this pool's device, or its registry was repaired; move %s away to reuse the directory",
 				d.Dir, label.Dev, label.UUID, filepath.Join(d.Dir, BackingName)))
 		default:
 			d.ID, d.UUID = label.Dev, label.UUID
 		}
+		if int(d.ID) > format.MaxTierDevices {
+			return fail(fmt.Errorf("SSD directory %s: the pool already has %d devices, the most it can hold", d.Dir, format.MaxTierDevices))
+		}
 	}
-	reg := p.TierDevices()
-	t.devs = make([]*Device, len(reg))
+	t.devs = make([]*Device, next-1)
 	for _, d := range opened {
 		t.devs[d.ID-1] = d
 	}
@@ -169,17 +191,55 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 	}
 	for _, d := range opened {
 		d.weights = opts.Sched.Weights
+	}
+	return t, nil
+}
+
+// CheckDevices checks what can be checked of the --ssd directories
+// without the pool: each is given once and is an existing directory.
+func CheckDevices(specs []DeviceSpec) error {
+	seen := map[string]bool{}
+	for _, spec := range specs {
+		abs, _ := filepath.Abs(spec.Dir)
+		if seen[abs] {
+			return fmt.Errorf("--ssd %s given twice", spec.Dir)
+		}
+		seen[abs] = true
+		st, err := os.Stat(spec.Dir)
+		if err != nil {
+			return fmt.Errorf("SSD directory %s: %w", spec.Dir, unwrapPath(err))
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("SSD directory %s is not a directory", spec.Dir)
+		}
+	}
+	return nil
+}
+
+// Start registers the new devices Prepare found (label, then the pool's
+// registry), starts the loaders and the migrator. Call it once, before
+// the tier serves anything.
+func (t *Tier) Start() error {
+	for len(t.pending) > 0 {
+		d := t.pending[0]
+		if err := t.register(d, int(d.ID)); err != nil {
+			return err
+		}
+		t.pending = t.pending[1:]
+	}
+	t.pending = nil
+	for _, d := range t.att {
 		d.start()
 	}
-	p.SetTableFreed(t.tableFreed)
-	t.mig.start(t, opts.Migrate)
-	for _, d := range opened {
+	t.p.SetTableFreed(t.tableFreed)
+	t.mig.start(t, t.migEvery)
+	for _, d := range t.att {
 		st := d.space.stats()
-		log.Info("SSD-tier device attached", zap.Uint16("device", uint16(d.ID)), zap.String("dir", d.Dir),
+		t.log.Info("SSD-tier device attached", zap.Uint16("device", uint16(d.ID)), zap.String("dir", d.Dir),
 			zap.Int("channels", d.model.Channels), zap.Float64("bw_bytes_per_s", d.model.BW), zap.Duration("lat", d.model.Lat),
 			zap.Int64("capacity", st.Capacity), zap.Int64("used", st.Used))
 	}
-	return t, nil
+	return nil
 }
 
 // register labels a new device as id and adds it to the pool's registry.
@@ -435,5 +495,11 @@ func (t *Tier) Close() error {
 	for _, d := range t.att {
 		d.close()
 	}
+	// Not started (or registration failed): the directories not yet
+	// registered get back the backing files they lacked.
+	for _, d := range t.pending {
+		d.removeIfCreated()
+	}
+	t.pending = nil
 	return err
 }

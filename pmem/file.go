@@ -34,68 +34,112 @@ const mapSync = 0x80000
 // that it holds at least size bytes (0 means the whole device). A device
 // always exists, so it too needs force: it may hold someone's pool.
 //
-// Create refuses with ErrInUse if a process has the pool open.
+// Create refuses with ErrInUse if a process has the pool open. A file it
+// created is removed again if it fails.
 func Create(path string, size int64, force bool) error {
+	_, err := CreatePool(path, size, force)
+	return err
+}
+
+// CreatePool is Create that also returns, when it created the file, a
+// function that removes it again (only if path still names that file), for
+// a caller whose later steps (formatting) fail; undo is nil otherwise.
+func CreatePool(path string, size int64, force bool) (undo func(), err error) {
 	st, err := os.Stat(path)
 	switch {
+	case err == nil && st.IsDir():
+		return nil, fmt.Errorf("%s is a directory", path)
 	case err == nil && !force:
-		return fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+		return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
+	exists := err == nil
 
 	// Opening and closing the file from this process would drop the lock of
 	// a pool this process has open, so refuse before touching it.
-	if err == nil && openHere(st) {
-		return fmt.Errorf("%s: %w (open in this process, pid %d)", path, ErrInUse, os.Getpid())
+	if exists && openHere(st) {
+		return nil, fmt.Errorf("%s: %w (open in this process, pid %d)", path, ErrInUse, os.Getpid())
 	}
-	if err == nil && st.Mode()&os.ModeCharDevice != 0 {
+	if exists && st.Mode()&os.ModeCharDevice != 0 {
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
-			return fmt.Errorf("create pool: %w", err)
+			return nil, fmt.Errorf("create pool: %w", err)
 		}
 		defer f.Close()
 		if err := lockFile(f, path, unix.F_WRLCK); err != nil {
-			return err
+			return nil, err
 		}
 		have, err := deviceSize(f)
 		if err != nil {
-			return fmt.Errorf("%s: device size: %w", path, err)
+			return nil, fmt.Errorf("%s: device size: %w", path, err)
 		}
 		if size < 0 || have < size || have < MinSize {
-			return fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, have, max(size, MinSize), ErrTooSmall)
+			return nil, fmt.Errorf("%s: device holds %d bytes, need %d: %w", path, have, max(size, MinSize), ErrTooSmall)
 		}
-		return nil
+		return nil, nil
 	}
 
 	if size <= 0 || size%4096 != 0 {
-		return fmt.Errorf("%s: pool size %d must be a positive multiple of 4096", path, size)
+		return nil, fmt.Errorf("%s: pool size %d must be a positive multiple of 4096", path, size)
 	}
 	if size < MinSize {
-		return fmt.Errorf("%s: pool size %d is below %d bytes: %w", path, size, MinSize, ErrTooSmall)
+		return nil, fmt.Errorf("%s: pool size %d is below %d bytes: %w", path, size, MinSize, ErrTooSmall)
+	}
+	if err := checkMappable(size); err != nil {
+		return nil, fmt.Errorf("%s: pool size %d: %w", path, size, err)
 	}
 	// No O_TRUNC: a running daemon must not see its mapping shrink, so take
-	// the lock first and truncate only once we hold it.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// the lock first and truncate only once we hold it. O_EXCL: a file that
+	// appeared since the Stat is not ours to remove.
+	flag := os.O_RDWR | os.O_CREATE
+	if !exists {
+		flag |= os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if errors.Is(err, os.ErrExist) && !force {
+		return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+	} else if errors.Is(err, os.ErrExist) {
+		exists = true
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	defer f.Close()
+	var remove func()
+	if !exists {
+		remove = removeIfSame(path, f)
+		defer func() {
+			if err != nil {
+				remove()
+			}
+		}()
+	}
 	if err := lockFile(f, path, unix.F_WRLCK); err != nil {
-		return err
+		return nil, err
+	}
+	// Try the size before emptying the file: a file system that cannot hold
+	// it (EFBIG) fails here with an existing file unchanged (growing a file
+	// that the next steps empty anyway changes nothing that matters).
+	if err := f.Truncate(size); err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	// Truncate to 0 first so no old pool survives in the new one, then extend:
 	// ftruncate allocates nothing, the file stays sparse.
 	if err := f.Truncate(0); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if err := f.Truncate(size); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	return remove, nil
 }
 
 // Open maps the pool at path read-write and holds an exclusive lock on it
@@ -106,13 +150,14 @@ func Create(path string, size int64, force bool) error {
 // dropped when the process closes ANY descriptor of the file. Open therefore
 // also refuses a second open of the same pool within this process, and
 // nothing else in the process should open the pool file directly.
-func Open(path string) (Medium, error) { return open(path, false) }
+func Open(path string) (Medium, error) { return open(path, modeReadWrite) }
 
 // OpenReadOnly maps the pool read-only under a shared lock, for inspection
 // (fsck without repair). It fails with ErrInUse while a daemon has the pool
 // open read-write. Flush, Fence and Persist do nothing on it, and storing
-// into Bytes() faults.
-func OpenReadOnly(path string) (Medium, error) { return open(path, true) }
+// into Bytes() faults. The mapping is shared, so nothing is copied: a pool
+// larger than RAM opens.
+func OpenReadOnly(path string) (Medium, error) { return open(path, modeReadOnly) }
 
 // fileMedium is a pool mapped from a file or a DAX device.
 type fileMedium struct {
@@ -120,7 +165,8 @@ type fileMedium struct {
 	f        *os.File
 	data     []byte
 	kind     Kind
-	readOnly bool
+	readOnly bool // the pool file is never written
+	private  bool // readOnly, but stores into data succeed and stay in this process
 	key      fileKey
 
 	errMu    sync.Mutex
@@ -149,16 +195,17 @@ func openHere(fi os.FileInfo) bool {
 	return openPools[fileKey{uint64(st.Dev), st.Ino}]
 }
 
-func open(path string, readOnly bool) (_ Medium, err error) {
+func open(path string, mode openMode) (_ Medium, err error) {
+	readOnly := mode != modeReadWrite
 	flag, lock, prot := os.O_RDWR, int16(unix.F_WRLCK), unix.PROT_READ|unix.PROT_WRITE
-	if readOnly {
-		flag, lock = os.O_RDONLY, unix.F_RDLCK
-	}
 	share := unix.MAP_SHARED
-	if readOnly {
-		// A private copy-on-write map: a checker may replay the journal
-		// and look at the result without one byte reaching the pool.
-		share = unix.MAP_PRIVATE
+	switch mode {
+	case modeReadOnly:
+		flag, lock, prot = os.O_RDONLY, unix.F_RDLCK, unix.PROT_READ
+	case modePrivate:
+		// Copy-on-write without reserving the whole size: only the pages
+		// stored into cost memory (see OpenPrivate).
+		flag, lock, share = os.O_RDONLY, unix.F_RDLCK, unix.MAP_PRIVATE|unix.MAP_NORESERVE
 	}
 	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
@@ -196,7 +243,7 @@ func open(path string, readOnly bool) (_ Medium, err error) {
 		return nil, err
 	}
 
-	m := &fileMedium{path: path, f: f, readOnly: readOnly, key: key}
+	m := &fileMedium{path: path, f: f, readOnly: readOnly, private: mode == modePrivate, key: key}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		size, err := deviceSize(f)
@@ -343,11 +390,15 @@ func (m *fileMedium) Persist(off, n int64) error {
 
 // Zero makes [off, off+n) read as zeros, durably. On an emulated pool it
 // punches a hole in the file, which also gives the space back; DAX media
-// clear and flush. A read-only (private) map is cleared in memory only.
+// clear and flush. A private map (OpenPrivate) is cleared in this process
+// only; a read-only one refuses.
 func (m *fileMedium) Zero(off, n int64) error {
 	start, end, ok := clampRange(off, n, int64(len(m.data)))
 	if !ok {
 		return nil
+	}
+	if m.readOnly {
+		return m.zeroUnwritten(start, end)
 	}
 	if m.kind == Emulated && !m.readOnly {
 		err := unix.Fallocate(int(m.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)

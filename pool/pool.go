@@ -99,8 +99,9 @@ type FS struct {
 	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
 	tableFreed TableFreed          // see SetTableFreed
 
-	freed  broadcaster // signalled after each inode is freed (see RetryNoSpace)
-	closed atomic.Bool
+	freed   broadcaster // signalled after each inode is freed (see RetryNoSpace)
+	closed  atomic.Bool
+	stamped bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.
 	stats Stats
 }
@@ -121,6 +122,11 @@ type Options struct {
 	TailInterval uint64
 	// Atime says when reads update access times (default relatime).
 	Atime AtimeMode
+	// DeferStamp: Open does not mark the pool mounted; the caller calls
+	// Stamp before anything can change it (before serving). A clean pool
+	// is then not written at all until Stamp, so a mount that fails after
+	// Open (SSD tier, FUSE mount) leaves it byte-identical.
+	DeferStamp bool
 }
 
 // MountReport says what Open found and did.
@@ -309,17 +315,33 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if rep.SessionsOpen, rep.SessionsClosed, err = fs.recoverSessions(); err != nil {
 		return nil, nil, fmt.Errorf("recovering segmented sessions: %w", err)
 	}
-	fs.sb.State = format.StateMounted
-	fs.sb.MountCount++
-	fs.sb.MountTime = time.Now().UnixNano()
-	if err := fs.writeSuperblock(); err != nil {
-		return nil, nil, fmt.Errorf("marking the pool mounted: %w", err)
+	// Generations of this mount: the mount count Stamp persists.
+	fs.genSeq = (fs.sb.MountCount + 1) << 32
+	if !opts.DeferStamp {
+		if err := fs.Stamp(); err != nil {
+			return nil, nil, err
+		}
 	}
-	fs.genSeq = fs.sb.MountCount << 32
 	rep.Inodes = len(fs.inodes)
 	rep.FreeBlocks = fs.alloc.free()
 	rep.UsedBlocks = sb.Blocks - uint64(sb.DataStart) - rep.FreeBlocks
 	return fs, rep, nil
+}
+
+// Stamp marks the pool mounted: state, mount count and time, in both
+// superblocks (Open does it unless Options.DeferStamp).
+func (fs *FS) Stamp() error {
+	if fs.stamped {
+		return nil
+	}
+	fs.stamped = true
+	fs.sb.State = format.StateMounted
+	fs.sb.MountCount++
+	fs.sb.MountTime = time.Now().UnixNano()
+	if err := fs.writeSuperblock(); err != nil {
+		return fmt.Errorf("marking the pool mounted: %w", err)
+	}
+	return nil
 }
 
 // Close flushes DRAM-only state (times), marks the pool clean and
@@ -367,6 +389,9 @@ func (fs *FS) Close() error {
 	if firstErr != nil {
 		// The pool stays marked mounted: the next mount checks it.
 		return firstErr
+	}
+	if !fs.stamped {
+		return nil // never marked mounted (Options.DeferStamp): nothing to undo
 	}
 	fs.sb.State = format.StateClean
 	return fs.writeSuperblock()

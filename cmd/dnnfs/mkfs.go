@@ -39,24 +39,41 @@ func runMkfs(args []string) error {
 	}
 	// An existing dnnfs pool is only overwritten with --force; say so
 	// before touching anything.
-	if err := pmem.Create(*poolPath, size, *force); err != nil {
+	undo, err := pmem.CreatePool(*poolPath, size, *force)
+	if err != nil {
 		return err
 	}
-	m, err := pmem.Open(*poolPath)
+	// A pool file this run created is removed again if formatting fails:
+	// a failed mkfs leaves nothing behind.
+	if err := formatPool(*poolPath); err != nil {
+		if undo != nil {
+			undo()
+		}
+		return err
+	}
+	return nil
+}
+
+// formatPool writes a fresh file system into the pool at path and reports it.
+func formatPool(path string) error {
+	m, err := pmem.Open(path)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	if err := pool.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
 		if errors.Is(err, pmem.ErrTooSmall) {
-			return fmt.Errorf("%s: %w", *poolPath, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		return err
 	}
-	sb := mustSB(m)
+	sb, size, kind := mustSB(m), m.Size(), m.Kind()
+	if err := m.Close(); err != nil {
+		return err
+	}
 	fmt.Printf("created dnnfs pool %s: %d MiB (%s), %d inodes, %d data blocks of %d bytes\n",
-		*poolPath, m.Size()>>20, m.Kind(), sb.InodeCount-1, sb.Blocks-uint64(sb.DataStart), format.BlockSize)
-	return m.Close()
+		path, size>>20, kind, sb.InodeCount-1, sb.Blocks-uint64(sb.DataStart), format.BlockSize)
+	return nil
 }
 
 func mustSB(m pmem.Medium) format.Superblock {

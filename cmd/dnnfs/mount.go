@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -156,14 +157,21 @@ func runMount(args []string) error {
 	} else if busy {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
 	}
+	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
+		return err
+	}
 
+	// A mount that fails leaves the pool as it was (unless it needed
+	// recovery, which pool.Open persists): nothing is written until the
+	// FUSE mount exists, and then the pool is stamped mounted and new SSD
+	// directories are registered before the first request is served.
 	m, err := pmem.Open(*poolPath)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode})
+	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
@@ -195,7 +203,7 @@ func runMount(args []string) error {
 			runtime.GOMAXPROCS(8)
 		}
 		tierOpts.Log = log
-		if tier, err = embedding.Open(p, tierOpts); err != nil {
+		if tier, err = embedding.Prepare(p, tierOpts); err != nil {
 			p.Close()
 			return err
 		}
@@ -227,11 +235,30 @@ func runMount(args []string) error {
 	// would otherwise kill the daemon and leave a dead mount behind.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	server, err := dfs.Mount(mnt, root, p, opts, log)
+	// Mounted, but nothing is served before Serve: the kernel queues
+	// requests until then.
+	server, err := fuse.NewServer(dfs.NewRawFS(root, p, opts, log), mnt, &opts.MountOptions)
 	if err != nil {
 		closeTier()
 		p.Close()
 		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, err)
+	}
+	startErr := p.Stamp()
+	if startErr == nil && tier != nil {
+		startErr = tier.Start()
+	}
+	go server.Serve()
+	if startErr == nil {
+		startErr = server.WaitMount()
+	}
+	if startErr != nil {
+		// Unmount before anything uses the half-started tier.
+		if err := server.Unmount(); err != nil {
+			log.Error("unmounting after a failed start", zap.String("mountpoint", mnt), zap.Error(err))
+		}
+		closeTier()
+		p.Close()
+		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, startErr)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

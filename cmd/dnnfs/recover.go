@@ -29,6 +29,8 @@ type recoverReport struct {
 	Finished         []string         `json:"finished"`
 	Abandoned        []string         `json:"abandoned"`
 	Sessions         []recoverSession `json:"sessions"` // still open, resumable
+
+	listOnly bool // nothing was changed: ClosedByRecovery are closed by the next mount
 }
 
 // runRecover opens an unmounted pool (which runs the SEEDS.md §1c session
@@ -63,19 +65,48 @@ func runRecover(args []string) error {
 		}
 	}
 
-	m, err := pmem.Open(*poolPath)
+	// Listing only reads: the pool is opened read-only and the mount's
+	// recovery runs in a private copy-on-write map, so the pool file is
+	// never written (it may be read-only). --finish and --abandon first run
+	// the same way, so that a typo or a failing change writes nothing, then
+	// for real.
+	listOnly := len(*finish)+len(*abandon) == 0
+	report, notes, err := recoverPool(*poolPath, pmem.OpenPrivate, *finish, *abandon)
+	if err == nil && !listOnly {
+		report, notes, err = recoverPool(*poolPath, pmem.Open, *finish, *abandon)
+	}
+	if err != nil {
+		return err
+	}
+	report.listOnly = listOnly
+	if *asJSON {
+		b, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+		return nil
+	}
+	printRecover(report, notes)
+	return nil
+}
+
+// recoverPool opens the pool with open, runs the mount's recovery, applies
+// finish and abandon (FILE paths inside the pool) and closes it.
+func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish, abandon []string) (recoverReport, []string, error) {
+	m, err := open(poolPath)
 	if err != nil {
 		if errors.Is(err, pmem.ErrInUse) {
-			return fmt.Errorf("%v; recover works on an unmounted pool (a mounted one resumes sessions through user.dnnfs.session)", err)
+			return recoverReport{}, nil, fmt.Errorf("%v; recover works on an unmounted pool (a mounted one resumes sessions through user.dnnfs.session)", err)
 		}
-		return err
+		return recoverReport{}, nil, err
 	}
 	p, rep, err := pool.Open(m, pool.Options{})
 	if err != nil {
 		m.Close()
-		return fmt.Errorf("%s: %w", *poolPath, err)
+		return recoverReport{}, nil, fmt.Errorf("%s: %w", poolPath, err)
 	}
-	report := recoverReport{Pool: *poolPath, ClosedByRecovery: rep.SessionsClosed, Finished: []string{}, Abandoned: []string{}}
+	report := recoverReport{Pool: poolPath, ClosedByRecovery: rep.SessionsClosed, Finished: []string{}, Abandoned: []string{}}
 	var notes []string
 	err = func() error {
 		// Resolve every FILE before changing anything: a typo changes nothing.
@@ -88,15 +119,15 @@ func runRecover(args []string) error {
 		for _, l := range []struct {
 			files  []string
 			finish bool
-		}{{*finish, true}, {*abandon, false}} {
+		}{{finish, true}, {abandon, false}} {
 			for _, f := range l.files {
 				name := path.Clean("/" + f)
 				in, err := resolve(p, name)
 				if err != nil {
-					return fmt.Errorf("%s: %s: %w", *poolPath, name, err)
+					return fmt.Errorf("%s: %s: %w", poolPath, name, err)
 				}
 				if _, ok := p.Session(in); !ok {
-					return fmt.Errorf("%s: %s has no open session", *poolPath, name)
+					return fmt.Errorf("%s: %s has no open session", poolPath, name)
 				}
 				todo = append(todo, action{name, in, l.finish})
 			}
@@ -111,7 +142,7 @@ func runRecover(args []string) error {
 					}
 				}
 				if err := p.FinishSession(a.in); err != nil {
-					return fmt.Errorf("%s: finishing the session of %s: %w", *poolPath, a.name, err)
+					return fmt.Errorf("%s: finishing the session of %s: %w", poolPath, a.name, err)
 				}
 				report.Finished = append(report.Finished, a.name)
 				note := "finished the " + info.Mode + " session of " + a.name
@@ -121,7 +152,7 @@ func runRecover(args []string) error {
 				notes = append(notes, note)
 			} else {
 				if err := p.AbandonSession(a.in); err != nil {
-					return fmt.Errorf("%s: abandoning the session of %s: %w", *poolPath, a.name, err)
+					return fmt.Errorf("%s: abandoning the session of %s: %w", poolPath, a.name, err)
 				}
 				report.Abandoned = append(report.Abandoned, a.name)
 				notes = append(notes, "abandoned the "+info.Mode+" session of "+a.name+" (the file keeps its size and data)")
@@ -134,24 +165,12 @@ func runRecover(args []string) error {
 	}
 	// Close cleanly whatever happened: the pool is marked clean again.
 	if cerr := p.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("%s: closing the pool: %w", *poolPath, cerr)
+		err = fmt.Errorf("%s: closing the pool: %w", poolPath, cerr)
 	}
 	if cerr := m.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("%s: closing the pool: %w", *poolPath, cerr)
+		err = fmt.Errorf("%s: closing the pool: %w", poolPath, cerr)
 	}
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		b, err := json.MarshalIndent(report, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Println(string(b))
-		return nil
-	}
-	printRecover(report, notes)
-	return nil
+	return report, notes, err
 }
 
 // resolve walks name ("/a/b") from the root.
@@ -196,7 +215,10 @@ func printRecover(r recoverReport, notes []string) {
 	for _, n := range notes {
 		fmt.Println(n)
 	}
-	if r.ClosedByRecovery > 0 {
+	switch {
+	case r.ClosedByRecovery > 0 && r.listOnly:
+		fmt.Printf("%d session(s) had all their segments finished: the next mount closes them\n", r.ClosedByRecovery)
+	case r.ClosedByRecovery > 0:
 		fmt.Printf("recovery closed %d session(s) whose segments had all finished\n", r.ClosedByRecovery)
 	}
 	if len(r.Sessions) == 0 {
