@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -277,6 +278,10 @@ func (n *node) lookupChild(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	ln := &lookupNode{dir: n, table: in}
 	ln.fill(&out.Attr)
+	// Revalidated on every use (go-fuse turns a zero timeout into its
+	// default): after the table is deleted and NAME made again, a cached
+	// entry would still lead to the old table's request file.
+	out.SetEntryTimeout(time.Nanosecond)
 	a := in.Attr()
 	return n.NewInode(ctx, ln, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(in.Ino) | lookupInoBit, Gen: a.Gen}), true
 }
