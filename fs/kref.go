@@ -114,6 +114,7 @@ func (k *krefFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name stri
 }
 
 func (k *krefFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Mknod(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(out)
@@ -122,6 +123,7 @@ func (k *krefFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 }
 
 func (k *krefFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Mkdir(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(out)
@@ -146,6 +148,7 @@ func (k *krefFS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, 
 }
 
 func (k *krefFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Create(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(&out.EntryOut)
@@ -154,6 +157,7 @@ func (k *krefFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 }
 
 func (k *krefFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Tmpfile(cancel, in, out)
 	if st.Ok() {
 		k.ref(&out.EntryOut)
