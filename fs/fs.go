@@ -90,12 +90,12 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			Options:       []string{"default_permissions"},
 			DirectMount:   true,
 			MaxBackground: 64,
-			// Shared mmap of direct-I/O files (kernel >= 6.6); the
-			// umask and the ACL setgid rule reach the daemon (acl.go).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			// Shared mmap of direct-I/O files (kernel >= 6.6); the ACL
+			// setgid rule reaches the daemon (acl.go). Mount adds
+			// FUSE_DONT_MASK.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT,
 			DisableXAttrs:     false,
-			// POSIX ACLs, checked by the kernel. The umask is applied
-			// by NewRawFS (acl.go), which mounts must use.
+			// POSIX ACLs, checked by the kernel.
 			EnableAcl: true,
 		},
 		EntryTimeout:    &sec,

@@ -52,7 +52,11 @@ func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.
 // Mount mounts the pool's root on dir and serves it; like gofs.Mount, but
 // with kernel references counted (NewRawFS).
 func Mount(dir string, root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) (*fuse.Server, error) {
-	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &opts.MountOptions)
+	// The umask is applied by NewRawFS (acl.go), so the kernel may send
+	// modes unmasked; a mount without NewRawFS must not ask for that.
+	mo := opts.MountOptions
+	mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
+	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &mo)
 	if err != nil {
 		return nil, err
 	}

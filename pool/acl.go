@@ -204,6 +204,9 @@ func withXattr(xs []format.Xattr, name string, value []byte) []format.Xattr {
 // neither in the file's group nor has CAP_FSETID) clears setgid with an
 // access ACL, as posix_acl_update_mode does.
 func (fs *FS) SetACL(in *Inode, name string, value []byte, killSGID bool) error {
+	if len(value) > format.XAMaxValue {
+		return ErrValueTooBig
+	}
 	es, err := parseACL(value)
 	if err != nil {
 		return err
