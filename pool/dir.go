@@ -288,17 +288,17 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 			return nil, err
 		}
 	}
-	if err := c.addEntryLocked(dir, &nd, name, ino, format.DTOf(ni.Mode)); err != nil {
-		c.abort()
-		fs.putBackIno(ino)
-		return nil, err
-	}
 	if acl != nil {
 		if err := c.stageXattrsLocked(child, &d, acl); err != nil {
 			c.abort()
 			fs.putBackIno(ino)
 			return nil, err
 		}
+	}
+	if err := c.addEntryLocked(dir, &nd, name, ino, format.DTOf(ni.Mode)); err != nil {
+		c.abort()
+		fs.putBackIno(ino)
+		return nil, err
 	}
 	c.putInode(child, d)
 	c.putInode(dir, nd)
