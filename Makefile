@@ -20,11 +20,12 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/dnnfs
 
 # deps installs what the suite needs on a fresh machine (Debian: fuse3 for
-# fusermount3, fio for benchmarks, attr for getfattr/setfattr, python3-numpy
+# fusermount3, fio for benchmarks, attr for getfattr/setfattr, acl for
+# setfacl/getfacl, python3-numpy
 # for the Python client's example) and the Go modules.
 deps:
 	@missing=""; \
-	for pair in fusermount3:fuse3 fio:fio setfattr:attr; do \
+	for pair in fusermount3:fuse3 fio:fio setfattr:attr setfacl:acl; do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -90,9 +90,13 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			Options:       []string{"default_permissions"},
 			DirectMount:   true,
 			MaxBackground: 64,
-			// Shared mmap of direct-I/O files (kernel >= 6.6).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			// Shared mmap of direct-I/O files (kernel >= 6.6); the ACL
+			// setgid rule reaches the daemon (acl.go). Mount adds
+			// FUSE_DONT_MASK.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT,
 			DisableXAttrs:     false,
+			// POSIX ACLs, checked by the kernel.
+			EnableAcl: true,
 		},
 		EntryTimeout:    &sec,
 		AttrTimeout:     &sec,
@@ -353,6 +357,11 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	}
 	if _, ok := n.virtualXattr(attr); ok {
 		return syscall.EPERM // computed, not stored
+	}
+	kill := flags&setxattrKillSGID != 0
+	flags &^= setxattrKillSGID
+	if isACLXattr(attr) {
+		return n.fail("set ACL", n.p.RetryNoSpace(func() error { return n.p.SetACL(n.in, attr, data, kill) }))
 	}
 	return n.fail("setxattr", n.p.RetryNoSpace(func() error { return n.p.Setxattr(n.in, attr, data, flags) }))
 }

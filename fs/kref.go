@@ -52,7 +52,11 @@ func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.
 // Mount mounts the pool's root on dir and serves it; like gofs.Mount, but
 // with kernel references counted (NewRawFS).
 func Mount(dir string, root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) (*fuse.Server, error) {
-	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &opts.MountOptions)
+	// The umask is applied by NewRawFS (acl.go), so the kernel may send
+	// modes unmasked; a mount without NewRawFS must not ask for that.
+	mo := opts.MountOptions
+	mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
+	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &mo)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +118,7 @@ func (k *krefFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name stri
 }
 
 func (k *krefFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Mknod(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(out)
@@ -122,6 +127,7 @@ func (k *krefFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 }
 
 func (k *krefFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Mkdir(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(out)
@@ -146,6 +152,7 @@ func (k *krefFS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, 
 }
 
 func (k *krefFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Create(cancel, in, name, out)
 	if st.Ok() {
 		k.ref(&out.EntryOut)
@@ -154,6 +161,7 @@ func (k *krefFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 }
 
 func (k *krefFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	k.applyUmask(in.NodeId, &in.Mode, in.Umask)
 	st := k.RawFileSystem.Tmpfile(cancel, in, out)
 	if st.Ok() {
 		k.ref(&out.EntryOut)

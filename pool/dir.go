@@ -254,6 +254,8 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 			ni.Mode |= 0o2000
 		}
 	}
+	var acl []format.Xattr
+	ni.Mode, acl = inheritACLLocked(dir, ni.Mode)
 	ino, err := fs.newIno()
 	if err != nil {
 		return nil, err
@@ -287,6 +289,13 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 		}
 		d.Size = uint64(len(ni.Target))
 		if err := c.putExtentsLocked(child, &d, []format.Extent{{Logical: 0, Phys: b, Len: 1}}); err != nil {
+			c.abort()
+			fs.putBackIno(ino)
+			return nil, err
+		}
+	}
+	if acl != nil {
+		if err := c.stageXattrsLocked(child, &d, acl); err != nil {
 			c.abort()
 			fs.putBackIno(ino)
 			return nil, err
@@ -461,6 +470,8 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	if dir.d.Mode&0o2000 != 0 {
 		ni.GID = dir.d.GID
 	}
+	var acl []format.Xattr
+	ni.Mode, acl = inheritACLLocked(dir, ni.Mode)
 	ino, err := fs.newIno()
 	if err != nil {
 		return nil, err
@@ -470,6 +481,13 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 		Gen: fs.genSeq, Atime: now, Mtime: now, Ctime: now}
 	child := &Inode{fs: fs, Ino: ino, typ: format.ModeReg, linkable: true}
 	c := fs.begin()
+	if acl != nil {
+		if err := c.stageXattrsLocked(child, &d, acl); err != nil {
+			c.abort()
+			fs.putBackIno(ino)
+			return nil, err
+		}
+	}
 	c.putInode(child, d)
 	if err := c.commit(); err != nil {
 		fs.putBackIno(ino)

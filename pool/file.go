@@ -674,7 +674,10 @@ func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
 	}
 	if sa.Size != nil {
 		if !in.IsTable() {
-			return fs.truncate(in, *sa.Size, apply)
+			if err := fs.truncate(in, *sa.Size, apply); err != nil || sa.Mode == nil {
+				return err
+			}
+			return fs.chmodACL(in)
 		}
 		if err := fs.Truncate(in, *sa.Size); err != nil {
 			return err
@@ -687,6 +690,13 @@ func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
 	defer in.mu.Unlock()
 	nd := in.d
 	apply(&nd)
+	if sa.Mode != nil {
+		// chmod rewrites the access ACL's user::, mask:: (or group::)
+		// and other:: entries with the inode, as posix_acl_chmod does.
+		if xs, changed := chmodACLLocked(in, nd.Mode); changed {
+			return fs.putXattrsInodeLocked(in, xs, nd)
+		}
+	}
 	c := fs.begin()
 	c.putInode(in, nd)
 	return c.commit()

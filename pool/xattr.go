@@ -93,13 +93,29 @@ func (fs *FS) Removexattr(in *Inode, name string) error {
 // putXattrsLocked rewrites the inode's xattr region through the journal,
 // moving it to a new run of blocks when its length changes.
 func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
+	return fs.putXattrsInodeLocked(in, xs, in.d)
+}
+
+// putXattrsInodeLocked commits xs as the inode's xattrs and nd (with a
+// new ctime) as its inode in one transaction.
+func (fs *FS) putXattrsInodeLocked(in *Inode, xs []format.Xattr, nd format.Inode) error {
+	c := fs.begin()
+	nd.Ctime = time.Now().UnixNano()
+	if err := c.stageXattrsLocked(in, &nd, xs); err != nil {
+		c.abort()
+		return err
+	}
+	c.putInode(in, nd)
+	return c.commit()
+}
+
+// stageXattrsLocked stages xs as the xattr region of in, whose inode
+// will be nd: in place when its length stays, else in new blocks.
+func (c *change) stageXattrsLocked(in *Inode, nd *format.Inode, xs []format.Xattr) error {
 	nb := uint64(format.XattrBlocks(xs))
 	if nb == 0 {
 		return ErrNoSpace
 	}
-	c := fs.begin()
-	nd := in.d
-	nd.Ctime = time.Now().UnixNano()
 	if nd.Xattr != 0 && (len(xs) == 0 || nb != in.xattrBlocks) {
 		c.freed = append(c.freed, format.Extent{Phys: nd.Xattr, Len: in.xattrBlocks})
 		nd.Xattr = 0
@@ -108,9 +124,8 @@ func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
 		nb = 0
 	} else {
 		if nd.Xattr == 0 {
-			b, err := c.allocMeta(fs.sb.DataStart, nb)
+			b, err := c.allocMeta(c.fs.sb.DataStart, nb)
 			if err != nil {
-				c.abort()
 				return err
 			}
 			nd.Xattr = b
@@ -119,7 +134,6 @@ func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
 		format.EncodeXattrs(buf, xs)
 		c.tx.Write(nd.Xattr.Off(), buf)
 	}
-	c.putInode(in, nd)
 	c.after = append(c.after, func() { in.xattrs, in.xattrBlocks = xs, nb })
-	return c.commit()
+	return nil
 }

@@ -34,6 +34,8 @@
 //	utimes P SEC    utimensat with atime = mtime = SEC
 //	setxattr P N    setxattr name N
 //	getxattr P N    getxattr name N
+//	setacl P ACL    set the access ACL, e.g. u::rw-,u:65534:r--,g::r--,m::r--,o::---
+//	                (entries in the kernel's order), as setfacl does
 //
 // Output: the line, " => ", then "OK[ info]" or the errno's name.
 package main
@@ -120,7 +122,7 @@ func octal(s string) (uint32, error) {
 func run(dir string, f []string) (string, error) {
 	need := map[string]int{"read": 2, "write": 2, "otrunc": 2, "trunc": 3, "falloc": 3, "exec": 2,
 		"access": 3, "stat": 2, "ls": 2, "create": 3, "mkdir": 3, "unlink": 2, "rmdir": 2, "rename": 3,
-		"link": 3, "symlink": 3, "chmod": 3, "chown": 4, "touch": 2, "utimes": 3, "setxattr": 3, "getxattr": 3}
+		"link": 3, "symlink": 3, "chmod": 3, "chown": 4, "touch": 2, "utimes": 3, "setxattr": 3, "getxattr": 3, "setacl": 3}
 	if n, ok := need[f[0]]; !ok || len(f) != n {
 		return "", fmt.Errorf("bad script line %q", strings.Join(f, " "))
 	}
@@ -242,6 +244,12 @@ func run(dir string, f []string) (string, error) {
 		return "", unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{{Sec: sec}, {Sec: sec}}, 0)
 	case "setxattr":
 		return "", unix.Setxattr(p, f[2], []byte("v"), 0)
+	case "setacl":
+		v, err := aclXattr(f[2])
+		if err != nil {
+			return "", err
+		}
+		return "", unix.Setxattr(p, "system.posix_acl_access", v, 0)
 	case "getxattr":
 		buf := make([]byte, 64)
 		n, err := unix.Getxattr(p, f[2], buf)
@@ -251,4 +259,51 @@ func run(dir string, f []string) (string, error) {
 		return string(buf[:n]), nil
 	}
 	return "", fmt.Errorf("unknown op %q", f[0])
+}
+
+// aclXattr encodes an ACL like "u::rw-,u:65534:r--,g::r--,m::r--,o::---"
+// in the kernel's xattr format: version 2, then per entry tag u16, perm
+// u16 and id u32, little-endian.
+func aclXattr(spec string) ([]byte, error) {
+	b := []byte{2, 0, 0, 0}
+	for _, e := range strings.Split(spec, ",") {
+		parts := strings.Split(e, ":")
+		if len(parts) != 3 || len(parts[2]) != 3 {
+			return nil, fmt.Errorf("ACL entry %q: want TAG:ID:rwx", e)
+		}
+		id := uint32(0xffffffff)
+		if parts[1] != "" {
+			n, err := strconv.ParseUint(parts[1], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("ACL entry %q: %v", e, err)
+			}
+			id = uint32(n)
+		}
+		var tag uint16
+		switch {
+		case parts[0] == "u" && parts[1] == "":
+			tag = 0x01
+		case parts[0] == "u":
+			tag = 0x02
+		case parts[0] == "g" && parts[1] == "":
+			tag = 0x04
+		case parts[0] == "g":
+			tag = 0x08
+		case parts[0] == "m":
+			tag = 0x10
+		case parts[0] == "o":
+			tag = 0x20
+		default:
+			return nil, fmt.Errorf("ACL entry %q: unknown tag", e)
+		}
+		var perm uint16
+		for i, c := range "rwx" {
+			if parts[2][i] == byte(c) {
+				perm |= 4 >> i
+			}
+		}
+		b = append(b, byte(tag), byte(tag>>8), byte(perm), byte(perm>>8),
+			byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	return b, nil
 }
