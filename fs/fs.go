@@ -91,9 +91,9 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			DirectMount:   true,
 			MaxBackground: 64,
 			// Shared mmap of direct-I/O files (kernel >= 6.6); the ACL
-			// setgid rule reaches the daemon (acl.go). Mount adds
-			// FUSE_DONT_MASK.
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT,
+			// setgid rule reaches the daemon, and the umask is applied
+			// by NewRawFS, which every mount goes through (acl.go).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT | fuse.CAP_DONT_MASK,
 			DisableXAttrs:     false,
 			// POSIX ACLs, checked by the kernel.
 			EnableAcl: true,

@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -35,7 +34,7 @@ func mountFaulty(t *testing.T) (dir string, p *pool.FS, f *pmem.Faulty) {
 		t.Fatal(err)
 	}
 	dir = t.TempDir()
-	server, err := gofs.Mount(dir, Root(p, Options{}), MountOptions("faulty-pool", false, zap.NewNop()))
+	server, err := Mount(dir, Root(p, Options{}), p, MountOptions("faulty-pool", false, zap.NewNop()), nil)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}

@@ -41,7 +41,9 @@ type kref struct {
 }
 
 // NewRawFS returns the FUSE file system for root with kernel references
-// counted into the pool; pass it to fuse.NewServer (Mount does).
+// counted into the pool and the umask applied (acl.go); pass it to
+// fuse.NewServer (Mount does). Every mount of MountOptions must use it:
+// they ask the kernel for FUSE_DONT_MASK.
 func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) fuse.RawFileSystem {
 	if log == nil {
 		log = zap.NewNop()
@@ -52,11 +54,7 @@ func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.
 // Mount mounts the pool's root on dir and serves it; like gofs.Mount, but
 // with kernel references counted (NewRawFS).
 func Mount(dir string, root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) (*fuse.Server, error) {
-	// The umask is applied by NewRawFS (acl.go), so the kernel may send
-	// modes unmasked; a mount without NewRawFS must not ask for that.
-	mo := opts.MountOptions
-	mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
-	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &mo)
+	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
