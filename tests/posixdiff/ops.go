@@ -55,6 +55,13 @@ func (r *runner) openOp(name, path string, flags int, mode uint32) {
 	if len(r.handles) >= maxHandles {
 		r.closeHandle(r.rng.IntN(len(r.handles)))
 	}
+	switch r.specialType(path) {
+	case unix.S_IFCHR, unix.S_IFBLK:
+		r.statPath(path) // opening a device would reach the device, not the file system
+		return
+	case unix.S_IFIFO:
+		flags |= unix.O_NONBLOCK // a FIFO without a peer would block the opener
+	}
 	id := r.nextID + 1
 	fds := [2]int{-1, -1}
 	desc := fmt.Sprintf("h%d = %s %q %s", id, name, shortPath(path), flagStr(flags))
@@ -287,6 +294,10 @@ func (r *runner) opFsync() {
 // unmaps and closes. Later reads must see the written bytes.
 func (r *runner) opMmap() {
 	path := r.pick(90, unix.S_IFREG)
+	if t := r.specialType(path); t == unix.S_IFCHR || t == unix.S_IFBLK {
+		r.statPath(path)
+		return
+	}
 	fds := [2]int{-1, -1}
 	closeBoth := func() {
 		r.do("close", fmt.Sprintf("mmap: close %q", shortPath(path)), func(s int) res {
