@@ -552,7 +552,7 @@ func (r *runner) opFchmod() {
 		r.opChmod()
 		return
 	}
-	mode := uint32(r.rng.IntN(0o1000))
+	mode := r.chmodMode()
 	r.do("fchmod", fmt.Sprintf("fchmod %s %04o", r.hdesc(h), mode), func(s int) res {
 		x := fromErr(retry(func() error { return unix.Fchmod(h.fd[s], mode) }))
 		var st unix.Stat_t
@@ -564,7 +564,7 @@ func (r *runner) opFchmod() {
 }
 
 func (r *runner) opChmod() {
-	mode := uint32(r.rng.IntN(0o1000))
+	mode := r.chmodMode()
 	path := r.pick(85)
 	r.do("chmod", fmt.Sprintf("chmod %q %04o", shortPath(path), mode), func(s int) res {
 		x := fromErr(retry(func() error { return unix.Chmod(r.p(s, path), mode) }))

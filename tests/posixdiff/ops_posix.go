@@ -19,7 +19,19 @@ var (
 	// an O_PATH descriptor and read it back through /proc/self/fd (issue #12
 	// item 1: dnnfs frees the inode at its last unlink).
 	OPathUnlink = false
+	// SpecialModes lets chmod set the setuid, setgid and sticky bits and
+	// makes probes write to files they can open for writing, which must
+	// clear setuid/setgid (issue #12 item 3).
+	SpecialModes = false
 )
+
+// chmodMode is a random mode for chmod and fchmod.
+func (r *runner) chmodMode() uint32 {
+	if SpecialModes && r.chance(30) {
+		return uint32(r.rng.IntN(0o10000))
+	}
+	return uint32(r.rng.IntN(0o1000))
+}
 
 // enabled reports whether operation name may be generated in this run.
 func (r *runner) enabled(name string) bool {
@@ -165,7 +177,11 @@ func (r *runner) opProbe() {
 		create = r.randName()
 	}
 	special := r.specialType(path)
+	write := SpecialModes && r.chance(50)
 	desc := fmt.Sprintf("probe as uid %d %q", r.probeUID, shortPath(path))
+	if write {
+		desc += " (write)"
+	}
 	if create != "" {
 		desc += fmt.Sprintf(" (create %q)", shortPath(create))
 	}
@@ -209,6 +225,14 @@ func (r *runner) opProbe() {
 				}
 				fd, err = retryN(func() (int, error) { return unix.Open(p, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0) })
 				if add("openW", err) {
+					if write && st.Mode&unix.S_IFMT == unix.S_IFREG {
+						_, err := retryN(func() (int, error) { return unix.Pwrite(fd, []byte("x"), 0) })
+						add("write", err)
+						var wst unix.Stat_t
+						if unix.Fstat(fd, &wst) == nil {
+							out = append(out, fmt.Sprintf("mode=%04o", wst.Mode&0o7777))
+						}
+					}
 					unix.Close(fd)
 				}
 			}
