@@ -26,7 +26,7 @@ func (r *runner) opCreate() {
 	if r.chance(20) {
 		flags |= unix.O_APPEND
 	}
-	r.openOp("create", path, flags, fileModes[r.rng.IntN(len(fileModes))])
+	r.openOp("create", path, flags, r.createMode())
 }
 
 func (r *runner) opOpen() {

@@ -23,7 +23,18 @@ var (
 	// makes probes write to files they can open for writing, which must
 	// clear setuid/setgid (issue #12 item 3).
 	SpecialModes = false
+	// NullModes lets create and mknod use mode 0000 (issue #12 item 2:
+	// dnnfs makes such a file 0644).
+	NullModes = false
 )
+
+// createMode is a random mode for create and mknod.
+func (r *runner) createMode() uint32 {
+	if NullModes && r.chance(10) {
+		return 0
+	}
+	return fileModes[r.rng.IntN(len(fileModes))]
+}
 
 // chmodMode is a random mode for chmod and fchmod.
 func (r *runner) chmodMode() uint32 {
@@ -87,7 +98,7 @@ var specialKinds = []struct {
 func (r *runner) opMknod() {
 	path := r.pickNew()
 	k := specialKinds[r.rng.IntN(len(specialKinds))]
-	mode := fileModes[r.rng.IntN(len(fileModes))]
+	mode := r.createMode()
 	r.do("mknod", fmt.Sprintf("mknod %q %s mode=%04o", shortPath(path), k.name, mode), func(s int) res {
 		x := fromErr(retry(func() error {
 			if k.typ == unix.S_IFIFO {

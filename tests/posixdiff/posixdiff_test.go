@@ -13,8 +13,8 @@ import (
 	"github.com/dnnfs/dnnfs/tests/posixdiff"
 )
 
-// TestMain: DNNFS_DIFF_ENABLE=special,opath,modes turns on gated operations
-// (posixdiff.SpecialFiles, OPathUnlink, SpecialModes) before they are on by
+// TestMain: DNNFS_DIFF_ENABLE=special,opath,modes,null turns on gated operations
+// (posixdiff.SpecialFiles, OPathUnlink, SpecialModes, NullModes) before they are on by
 // default.
 func TestMain(m *testing.M) {
 	for _, g := range strings.Split(os.Getenv("DNNFS_DIFF_ENABLE"), ",") {
@@ -25,9 +25,11 @@ func TestMain(m *testing.M) {
 			posixdiff.OPathUnlink = true
 		case "modes":
 			posixdiff.SpecialModes = true
+		case "null":
+			posixdiff.NullModes = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "DNNFS_DIFF_ENABLE: unknown gate %q (special, opath, modes)\n", g)
+			fmt.Fprintf(os.Stderr, "DNNFS_DIFF_ENABLE: unknown gate %q (special, opath, modes, null)\n", g)
 			os.Exit(2)
 		}
 	}
