@@ -43,6 +43,10 @@ var opTable = []opDef{
 	{"stat", 4, (*runner).opStat},
 	{"fstat", 2, (*runner).opFstat},
 	{"readdir", 3, (*runner).opReaddir},
+	{"mknod", 3, (*runner).opMknod},
+	{"chown", 2, (*runner).opChown},
+	{"probe", 3, (*runner).opProbe},
+	{"unlink-open", 2, (*runner).opUnlinkOpen},
 	{"rmtree", 0, (*runner).opRmtree}, // weight set dynamically when the tree is full
 }
 
@@ -53,7 +57,7 @@ func (r *runner) step() {
 	weights := make([]int, len(opTable))
 	for i, o := range opTable {
 		w := o.weight
-		if r.skip[o.name] {
+		if r.skip[o.name] || !r.enabled(o.name) {
 			w = 0
 		}
 		if full {
@@ -390,6 +394,7 @@ func flagStr(flags int) string {
 	}{
 		{unix.O_CREAT, "O_CREAT"}, {unix.O_EXCL, "O_EXCL"}, {unix.O_TRUNC, "O_TRUNC"},
 		{unix.O_APPEND, "O_APPEND"}, {unix.O_NOFOLLOW, "O_NOFOLLOW"}, {unix.O_DIRECTORY, "O_DIRECTORY"},
+		{unix.O_NONBLOCK, "O_NONBLOCK"}, {unix.O_PATH, "O_PATH"},
 	} {
 		if flags&f.bit != 0 {
 			parts = append(parts, f.name)

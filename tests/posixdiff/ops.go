@@ -26,7 +26,7 @@ func (r *runner) opCreate() {
 	if r.chance(20) {
 		flags |= unix.O_APPEND
 	}
-	r.openOp("create", path, flags, fileModes[r.rng.IntN(len(fileModes))])
+	r.openOp("create", path, flags, r.createMode())
 }
 
 func (r *runner) opOpen() {
@@ -54,6 +54,13 @@ func (r *runner) opOpen() {
 func (r *runner) openOp(name, path string, flags int, mode uint32) {
 	if len(r.handles) >= maxHandles {
 		r.closeHandle(r.rng.IntN(len(r.handles)))
+	}
+	switch r.specialType(path) {
+	case unix.S_IFCHR, unix.S_IFBLK:
+		r.statPath(path) // opening a device would reach the device, not the file system
+		return
+	case unix.S_IFIFO:
+		flags |= unix.O_NONBLOCK // a FIFO without a peer would block the opener
 	}
 	id := r.nextID + 1
 	fds := [2]int{-1, -1}
@@ -287,6 +294,10 @@ func (r *runner) opFsync() {
 // unmaps and closes. Later reads must see the written bytes.
 func (r *runner) opMmap() {
 	path := r.pick(90, unix.S_IFREG)
+	if t := r.specialType(path); t == unix.S_IFCHR || t == unix.S_IFBLK {
+		r.statPath(path)
+		return
+	}
 	fds := [2]int{-1, -1}
 	closeBoth := func() {
 		r.do("close", fmt.Sprintf("mmap: close %q", shortPath(path)), func(s int) res {
@@ -541,7 +552,7 @@ func (r *runner) opFchmod() {
 		r.opChmod()
 		return
 	}
-	mode := uint32(r.rng.IntN(0o1000))
+	mode := r.chmodMode()
 	r.do("fchmod", fmt.Sprintf("fchmod %s %04o", r.hdesc(h), mode), func(s int) res {
 		x := fromErr(retry(func() error { return unix.Fchmod(h.fd[s], mode) }))
 		var st unix.Stat_t
@@ -553,7 +564,7 @@ func (r *runner) opFchmod() {
 }
 
 func (r *runner) opChmod() {
-	mode := uint32(r.rng.IntN(0o1000))
+	mode := r.chmodMode()
 	path := r.pick(85)
 	r.do("chmod", fmt.Sprintf("chmod %q %04o", shortPath(path), mode), func(s int) res {
 		x := fromErr(retry(func() error { return unix.Chmod(r.p(s, path), mode) }))

@@ -67,11 +67,7 @@ var (
 // names, see OpNames) disables operations, for triage only.
 func Run(t *testing.T, a, b string, seed int64, nops int) {
 	t.Helper()
-	var skip []string
-	if s := os.Getenv("DNNFS_DIFF_SKIP_OPS"); s != "" {
-		skip = strings.Split(s, ",")
-	}
-	RunWithOptions(t, a, b, seed, nops, Options{SkipOps: skip})
+	RunWithOptions(t, a, b, seed, nops, Options{SkipOps: EnvSkipOps()})
 }
 
 // Options tune RunWithOptions.
@@ -79,6 +75,18 @@ type Options struct {
 	// SkipOps lists operation names (see OpNames) never to generate.
 	// Meant for triage while a known divergence is being fixed.
 	SkipOps []string
+	// ProbeUID, if not 0, enables the "probe" operation: accesses as this
+	// uid (and gid), which must be able to reach both trees (on FUSE: a
+	// mount with allow_other).
+	ProbeUID uint32
+}
+
+// EnvSkipOps returns the operations DNNFS_DIFF_SKIP_OPS disables.
+func EnvSkipOps() []string {
+	if s := os.Getenv("DNNFS_DIFF_SKIP_OPS"); s != "" {
+		return strings.Split(s, ",")
+	}
+	return nil
 }
 
 // OpNames returns the names of the generated operations.
@@ -94,6 +102,7 @@ func OpNames() []string {
 func RunWithOptions(t *testing.T, a, b string, seed int64, nops int, opts Options) {
 	t.Helper()
 	r := newRunner(t, a, b, seed)
+	r.probeUID = opts.ProbeUID
 	for _, name := range opts.SkipOps {
 		name = strings.TrimSpace(name)
 		if name == "" {
@@ -153,24 +162,25 @@ type entry struct {
 }
 
 type runner struct {
-	t       *testing.T
-	seed    int64
-	rng     *rand.Rand
-	data    *rand.ChaCha8
-	root    [2]string
-	handles []*handle
-	nextID  int
-	fds     [2]map[int]bool // every fd opened and not yet closed
-	maps    [][]byte        // live mappings (released by closeAll)
-	opNum   int
-	history []string
-	entries []entry // tree of side a, refreshed before each op
-	byType  map[uint32][]entry
-	dirs    []entry // directories including the root (rel "")
-	stats   map[string]int
-	errnos  map[string]int
-	skip    map[string]bool
-	dur     [2]map[string]time.Duration // time spent per operation name and side
+	t        *testing.T
+	seed     int64
+	rng      *rand.Rand
+	data     *rand.ChaCha8
+	root     [2]string
+	handles  []*handle
+	nextID   int
+	fds      [2]map[int]bool // every fd opened and not yet closed
+	maps     [][]byte        // live mappings (released by closeAll)
+	opNum    int
+	history  []string
+	entries  []entry // tree of side a, refreshed before each op
+	byType   map[uint32][]entry
+	dirs     []entry // directories including the root (rel "")
+	stats    map[string]int
+	errnos   map[string]int
+	skip     map[string]bool
+	probeUID uint32                      // 0: no probes as another user
+	dur      [2]map[string]time.Duration // time spent per operation name and side
 }
 
 func newRunner(t *testing.T, a, b string, seed int64) *runner {
@@ -471,6 +481,14 @@ func typeChar(mode uint32) string {
 		return "d"
 	case unix.S_IFLNK:
 		return "l"
+	case unix.S_IFIFO:
+		return "p"
+	case unix.S_IFCHR:
+		return "c"
+	case unix.S_IFBLK:
+		return "b"
+	case unix.S_IFSOCK:
+		return "s"
 	default:
 		return fmt.Sprintf("?%o", mode&unix.S_IFMT)
 	}
@@ -484,6 +502,14 @@ func dtChar(t uint8) string {
 		return "d"
 	case unix.DT_LNK:
 		return "l"
+	case unix.DT_FIFO:
+		return "p"
+	case unix.DT_CHR:
+		return "c"
+	case unix.DT_BLK:
+		return "b"
+	case unix.DT_SOCK:
+		return "s"
 	case unix.DT_UNKNOWN:
 		return "?"
 	default:
@@ -494,7 +520,11 @@ func dtChar(t uint8) string {
 // statVal is the comparable part of a stat result.
 func statVal(st *unix.Stat_t) string {
 	s := fmt.Sprintf("%s mode=%04o nlink=%d", typeChar(st.Mode), st.Mode&0o7777, st.Nlink)
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFCHR, unix.S_IFBLK:
+		s += fmt.Sprintf(" rdev=%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	default:
 		s += fmt.Sprintf(" size=%d", st.Size)
 	}
 	return s

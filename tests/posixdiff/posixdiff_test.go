@@ -13,7 +13,26 @@ import (
 	"github.com/dnnfs/dnnfs/tests/posixdiff"
 )
 
+// TestMain: DNNFS_DIFF_ENABLE=special,opath,modes,null turns on gated operations
+// (posixdiff.SpecialFiles, OPathUnlink, SpecialModes, NullModes) before they are on by
+// default.
 func TestMain(m *testing.M) {
+	for _, g := range strings.Split(os.Getenv("DNNFS_DIFF_ENABLE"), ",") {
+		switch strings.TrimSpace(g) {
+		case "special":
+			posixdiff.SpecialFiles = true
+		case "opath":
+			posixdiff.OPathUnlink = true
+		case "modes":
+			posixdiff.SpecialModes = true
+		case "null":
+			posixdiff.NullModes = true
+		case "":
+		default:
+			fmt.Fprintf(os.Stderr, "DNNFS_DIFF_ENABLE: unknown gate %q (special, opath, modes, null)\n", g)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	harness.RemoveBuiltBinary()
 	os.Exit(code)
@@ -42,8 +61,36 @@ func TestDifferentialTmpfsSelf(t *testing.T) {
 			a := filepath.Join(root, fmt.Sprintf("a%d", seed))
 			b := filepath.Join(root, fmt.Sprintf("b%d", seed))
 			mkdirs(t, a, b)
-			posixdiff.Run(t, a, b, seed, nops)
+			reachable(t, a, b)
+			posixdiff.RunWithOptions(t, a, b, seed, nops, posixdiff.Options{SkipOps: posixdiff.EnvSkipOps(), ProbeUID: probeUID})
 		})
+	}
+}
+
+// probeUID is the unprivileged user the "probe" operation runs as.
+const probeUID = 65534
+
+// reachable lets other users search the directories from the temporary
+// directory down to each dir (t.TempDir makes them 0700), so that probes
+// as probeUID reach the trees.
+func reachable(t *testing.T, dirs ...string) {
+	t.Helper()
+	top := filepath.Clean(os.TempDir())
+	for _, dir := range dirs {
+		for d := filepath.Clean(dir); strings.HasPrefix(d, top+"/"); d = filepath.Dir(d) {
+			st, err := os.Stat(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if st, err := os.Stat(top); err != nil || st.Mode().Perm()&0o001 == 0 {
+		t.Fatalf("%s must be searchable by others for the uid %d probes (stat: %v)", top, probeUID, err)
 	}
 }
 
@@ -60,14 +107,16 @@ func TestDifferential(t *testing.T) {
 	seeds := diffSeeds(t)
 	nops := envInt(t, "DNNFS_DIFF_OPS", 1500)
 	pool := harness.Mkfs(t, "512MiB")
-	fs := harness.Mount(t, pool)
+	// allow_other: the probes run as another uid.
+	fs := harness.Mount(t, pool, "--allow-other")
 	ref := tmpfsDir(t)
 	for i, seed := range seeds {
 		name := fmt.Sprintf("seed%d", seed)
 		a, b := filepath.Join(ref, name), fs.Path(name)
 		mkdirs(t, a, b)
+		reachable(t, a, b)
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			posixdiff.Run(t, a, b, seed, nops)
+			posixdiff.RunWithOptions(t, a, b, seed, nops, posixdiff.Options{SkipOps: posixdiff.EnvSkipOps(), ProbeUID: probeUID})
 		}) {
 			continue
 		}

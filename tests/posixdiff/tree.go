@@ -17,6 +17,9 @@ type node struct {
 	nlink  uint64
 	size   int64
 	ino    uint64
+	uid    uint32
+	gid    uint32
+	rdev   uint64 // device nodes only
 	target string
 	group  string // names sharing this inode (hard links), filled for non-directories
 }
@@ -34,7 +37,10 @@ func snapshot(root string) (map[string]*node, error) {
 		if err := retry(func() error { return unix.Lstat(full, &st) }); err != nil {
 			return fmt.Errorf("lstat %s: %w", full, err)
 		}
-		n := &node{mode: st.Mode, nlink: uint64(st.Nlink), size: st.Size, ino: st.Ino}
+		n := &node{mode: st.Mode, nlink: uint64(st.Nlink), size: st.Size, ino: st.Ino, uid: st.Uid, gid: st.Gid}
+		if t := st.Mode & unix.S_IFMT; t == unix.S_IFCHR || t == unix.S_IFBLK {
+			n.rdev = st.Rdev
+		}
 		nodes[rel] = n
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
@@ -133,6 +139,16 @@ func diffTrees(a, b string, full bool) []string {
 		typ := x.mode & unix.S_IFMT
 		if x.mode&0o7777 != y.mode&0o7777 {
 			if !add("%s: mode A=%04o B=%04o", show, x.mode&0o7777, y.mode&0o7777) {
+				return diffs
+			}
+		}
+		if x.uid != y.uid || x.gid != y.gid {
+			if !add("%s: owner A=%d:%d B=%d:%d", show, x.uid, x.gid, y.uid, y.gid) {
+				return diffs
+			}
+		}
+		if x.rdev != y.rdev {
+			if !add("%s: rdev A=%#x B=%#x", show, x.rdev, y.rdev) {
 				return diffs
 			}
 		}
