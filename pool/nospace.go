@@ -53,7 +53,15 @@ func (fs *FS) RetryNoSpace(op func() error) error {
 	for i := 0; ; i++ {
 		wake := fs.freed.wait()
 		err := op()
-		if !errors.Is(err, ErrNoSpace) || i == noSpaceRetries || !fs.hasOrphans() {
+		if !errors.Is(err, ErrNoSpace) || i == noSpaceRetries {
+			return err
+		}
+		select {
+		case <-wake: // an inode was freed since op started: try again now
+			continue
+		default:
+		}
+		if !fs.hasOrphans() {
 			return err
 		}
 		select {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -237,7 +238,7 @@ func runMount(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	// Mounted, but nothing is served before Serve: the kernel queues
 	// requests until then.
-	server, err := fuse.NewServer(dfs.NewRawFS(root, p, opts, log), mnt, &opts.MountOptions)
+	server, err := newServer(dfs.NewRawFS(root, p, opts, log), mnt, &opts.MountOptions)
 	if err != nil {
 		closeTier()
 		p.Close()
@@ -302,4 +303,36 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// newServer is fuse.NewServer with a failure told in one line. When the
+// mount goes through fusermount3 (not root, or no mount rights), go-fuse
+// hands it our stderr, where it prints the real reason, and then reports
+// only "fusermount exited with code 256": the reason is caught on a pipe
+// and becomes the error instead.
+func newServer(fs fuse.RawFileSystem, mnt string, mo *fuse.MountOptions) (*fuse.Server, error) {
+	r, w, perr := os.Pipe()
+	if perr != nil {
+		return fuse.NewServer(fs, mnt, mo)
+	}
+	defer r.Close()
+	stderr := os.Stderr
+	os.Stderr = w // read by go-fuse when it starts fusermount3
+	server, err := fuse.NewServer(fs, mnt, mo)
+	os.Stderr = stderr
+	w.Close()
+	// fusermount3 has exited by now; never wait on a straggler.
+	_ = r.SetReadDeadline(time.Now().Add(time.Second))
+	said, _ := io.ReadAll(r)
+	msg := strings.Join(strings.Fields(strings.TrimSpace(string(said))), " ")
+	if err == nil {
+		if msg != "" {
+			fmt.Fprintln(stderr, msg) // a warning from a mount that worked
+		}
+		return server, nil
+	}
+	if msg != "" {
+		return nil, fmt.Errorf("%s", msg)
+	}
+	return nil, fmt.Errorf("%s", strings.Join(strings.Fields(err.Error()), " "))
 }

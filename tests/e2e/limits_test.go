@@ -128,7 +128,7 @@ func TestNameLimits(t *testing.T) {
 	comp := strings.Repeat("c", 200)
 	depth := 4096/len(comp) + 2
 	for _, r := range []string{mnt, ref} {
-		dfd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
+		dfd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
 		must(t, err)
 		for i := 0; i < depth; i++ {
 			must(t, retry(func() error { return unix.Mkdirat(dfd, comp, 0o755) }))
@@ -150,7 +150,7 @@ func TestNameLimits(t *testing.T) {
 		return err
 	})
 	fs = fs.Remount(t)
-	dfd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
+	dfd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
 	must(t, err)
 	defer func() { unix.Close(dfd) }()
 	for i := 0; i < depth; i++ {
@@ -181,7 +181,7 @@ func TestTmpfile(t *testing.T) {
 	mnt := fs.Path()
 	data := randBytes(11, 300000)
 	for _, r := range []string{ref, mnt} {
-		fd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_RDWR, 0o640) })
+		fd, err := retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o640) })
 		if err != nil {
 			t.Fatalf("O_TMPFILE in %s: %v", r, err)
 		}
@@ -203,7 +203,7 @@ func TestTmpfile(t *testing.T) {
 		wantBytes(t, r+": published tmpfile", readFile(t, filepath.Join(r, "published")), data)
 
 		// AT_EMPTY_PATH publishes too.
-		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_WRONLY, 0o600) })
+		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600) })
 		must(t, err)
 		pwriteFull(t, fd, []byte("second"), 0)
 		must(t, retry(func() error {
@@ -213,7 +213,7 @@ func TestTmpfile(t *testing.T) {
 		wantBytes(t, r+": second tmpfile", readFile(t, filepath.Join(r, "second")), []byte("second"))
 
 		// O_EXCL: never linkable (the kernel refuses).
-		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_EXCL|unix.O_RDWR, 0o600) })
+		fd, err = retryN(func() (int, error) { return unix.Open(r, unix.O_TMPFILE|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o600) })
 		must(t, err)
 		err = retry(func() error {
 			return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, filepath.Join(r, "excl"), unix.AT_SYMLINK_FOLLOW)
@@ -224,7 +224,7 @@ func TestTmpfile(t *testing.T) {
 
 	// An unlinked tmpfile's blocks are freed with its last descriptor.
 	free := statfs(t, mnt).Bfree
-	fd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600) })
+	fd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600) })
 	must(t, err)
 	pwriteFull(t, fd, make([]byte, 4<<20), 0)
 	if statfs(t, mnt).Bfree >= free {
@@ -236,7 +236,7 @@ func TestTmpfile(t *testing.T) {
 	}
 
 	// Crash with a tmpfile open: the next mount frees it.
-	fd, err = retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600) })
+	fd, err = retryN(func() (int, error) { return unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600) })
 	must(t, err)
 	pwriteFull(t, fd, make([]byte, 4<<20), 0)
 	fs.Kill(t)
