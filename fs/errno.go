@@ -29,6 +29,7 @@ var errnos = []struct {
 	{pool.ErrBusy, syscall.EBUSY},
 	{pool.ErrValueTooBig, syscall.E2BIG},
 	{pool.ErrTable, syscall.EINVAL},
+	{pool.ErrNoSuchOffset, syscall.ENXIO},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

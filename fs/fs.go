@@ -60,6 +60,7 @@ var (
 	_ = (gofs.NodeFlusher)((*node)(nil))
 	_ = (gofs.NodeReleaser)((*node)(nil))
 	_ = (gofs.NodeAllocater)((*node)(nil))
+	_ = (gofs.NodeLseeker)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))

@@ -631,3 +631,40 @@ func (fs *FS) freeIfUnused(in *Inode) error {
 	}
 	return nil
 }
+
+// ErrNoSuchOffset is lseek's ENXIO: SEEK_DATA or SEEK_HOLE at or past the
+// end of the file, or SEEK_DATA with no data after the offset.
+var ErrNoSuchOffset = errors.New("no data or hole at or after the offset")
+
+// SeekData answers lseek(2) SEEK_DATA (hole false) and SEEK_HOLE (hole
+// true) from the extent map, at block granularity as ext4 and tmpfs do:
+// a mapped block is data, an unmapped one a hole, and the end of the file
+// is a hole. Embedding tables have no extents here and are all data.
+func (fs *FS) SeekData(in *Inode, off uint64, hole bool) (uint64, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	size := in.d.Size
+	if off >= size {
+		return 0, ErrNoSuchOffset
+	}
+	if in.IsTable() || in.IsDir() {
+		if hole {
+			return size, nil
+		}
+		return off, nil
+	}
+	for fb := off / bs; fb*bs < size; {
+		_, n, mapped := in.lookupLocked(fb)
+		if mapped != hole {
+			return min(max(off, fb*bs), size), nil
+		}
+		if n == 0 { // no extent at or after fb: a hole up to the end
+			break
+		}
+		fb += n
+	}
+	if hole {
+		return size, nil
+	}
+	return 0, ErrNoSuchOffset
+}
