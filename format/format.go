@@ -294,6 +294,7 @@ const (
 	INRdev        = 84  // u32 device number (FUSE's 32-bit encoding) of a character or block device, else 0
 	INInline      = 88  // InlineExtents x ExtentSize
 	INSession     = 184 // 72 bytes reserved for the segmented-I/O session (Process_num, F_flag, F_log_addr)
+	INBtime       = 212 // i64 ns birth time (set at create); 0 = unknown (made before birth times were kept)
 	InlineExtents = 4
 	ExtentSize    = 24
 )
@@ -367,7 +368,11 @@ type Inode struct {
 	Extents  uint32 // total extent count
 	Rdev     uint32 // character and block devices only
 	Inline   [InlineExtents]Extent
-	Session  [InodeSize - INSession]byte
+	Btime    int64 // birth time, ns; 0 = unknown
+	// Session holds bytes 184..255 (session fields and the table
+	// descriptor); the birth time's bytes in it are always zero, the
+	// value lives in Btime.
+	Session [InodeSize - INSession]byte
 }
 
 // IsDir etc. report the file type.
@@ -410,6 +415,7 @@ func (in *Inode) Encode(b []byte) {
 		encodeExtent(b[INInline+i*ExtentSize:], e)
 	}
 	copy(b[INSession:], in.Session[:])
+	le.PutUint64(b[INBtime:], uint64(in.Btime))
 	le.PutUint32(b[INCRC:], Checksum(b[4:]))
 }
 
@@ -455,6 +461,8 @@ func DecodeInode(b []byte) (Inode, error) {
 		in.Inline[i] = decodeExtent(b[INInline+i*ExtentSize:])
 	}
 	copy(in.Session[:], b[INSession:])
+	in.Btime = int64(le.Uint64(b[INBtime:]))
+	clear(in.Session[INBtime-INSession : INBtime-INSession+8])
 	switch in.Mode & ModeType {
 	case ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk:
 	default:

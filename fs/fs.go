@@ -12,6 +12,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
@@ -42,6 +43,7 @@ type node struct {
 var (
 	_ = (gofs.NodeLookuper)((*node)(nil))
 	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
 	_ = (gofs.NodeCreater)((*node)(nil))
 	_ = (gofs.NodeTmpfiler)((*node)(nil))
@@ -155,6 +157,38 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	a := n.in.Attr()
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// Statx is Getattr plus the birth time (FUSE_STATX): the kernel asks
+// for it when a statx(2) caller wants STATX_BTIME. An inode made before
+// birth times were kept has none, and the mask says so.
+func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	a := n.in.Attr()
+	var attr fuse.Attr
+	fillAttr(&a, &attr)
+	fillStatx(&attr, a.Btime, &out.Statx)
+	return 0
+}
+
+// fillStatx converts attributes to a statx reply: the basic stats, and
+// STATX_BTIME when btime is known.
+func fillStatx(a *fuse.Attr, btime time.Time, out *fuse.Statx) {
+	out.Mask = unix.STATX_BASIC_STATS
+	out.Blksize = a.Blksize
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.Uid, a.Gid
+	out.Mode = uint16(a.Mode)
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Atime = fuse.SxTime{Sec: a.Atime, Nsec: a.Atimensec}
+	out.Mtime = fuse.SxTime{Sec: a.Mtime, Nsec: a.Mtimensec}
+	out.Ctime = fuse.SxTime{Sec: a.Ctime, Nsec: a.Ctimensec}
+	out.RdevMajor, out.RdevMinor = unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev))
+	if !btime.IsZero() {
+		out.Mask |= unix.STATX_BTIME
+		out.Btime = fuse.SxTime{Sec: uint64(btime.Unix()), Nsec: uint32(btime.Nanosecond())}
+	}
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

@@ -57,6 +57,7 @@ type Attr struct {
 	Size                uint64
 	Blocks              uint64 // 512-byte units
 	Atime, Mtime, Ctime time.Time
+	Btime               time.Time // zero: unknown (an inode made before birth times were kept)
 }
 
 // Attr returns the inode's attributes.
@@ -71,11 +72,15 @@ func (in *Inode) attrLocked() Attr {
 	for _, e := range in.exts {
 		blocks += e.Len
 	}
-	return Attr{
+	a := Attr{
 		Ino: in.Ino, Gen: in.d.Gen, Mode: in.d.Mode, UID: in.d.UID, GID: in.d.GID,
 		Nlink: in.d.Nlink, Rdev: in.d.Rdev, Size: in.d.Size, Blocks: blocks * (format.BlockSize / 512),
 		Atime: time.Unix(0, in.d.Atime), Mtime: time.Unix(0, in.d.Mtime), Ctime: time.Unix(0, in.d.Ctime),
 	}
+	if in.d.Btime != 0 {
+		a.Btime = time.Unix(0, in.d.Btime)
+	}
+	return a
 }
 
 // IsDir reports whether the inode is a directory.

@@ -153,7 +153,7 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	}
 	journal.Format(m, &sb)
 	root := format.Inode{Mode: format.ModeDir | 0o755, UID: uid, GID: gid, Nlink: 2, Gen: 1,
-		Atime: now, Mtime: now, Ctime: now}
+		Atime: now, Mtime: now, Ctime: now, Btime: now}
 	off := sb.InodeOff(format.RootIno)
 	root.Encode(b[off : off+format.InodeSize])
 	m.Persist(int64(off), format.InodeSize)

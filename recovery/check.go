@@ -501,7 +501,7 @@ func (a *analysis) checkRoot() {
 func (a *analysis) rootFix(why string) func() ([]rec, []string, error) {
 	return func() ([]rec, []string, error) {
 		now := nowNano()
-		d := format.Inode{Mode: format.ModeDir | 0o755, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now}
+		d := format.Inode{Mode: format.ModeDir | 0o755, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now, Btime: now}
 		buf := make([]byte, format.InodeSize)
 		d.Encode(buf)
 		return []rec{{a.sb.InodeOff(format.RootIno), buf}},
