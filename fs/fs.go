@@ -93,14 +93,17 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			Options:       []string{"default_permissions"},
 			DirectMount:   true,
 			MaxBackground: 64,
-			// Shared mmap of direct-I/O files (kernel >= 6.6).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			// Shared mmap of direct-I/O files (kernel >= 6.6); file
+			// handles that outlive the kernel's inode cache (export.go).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_EXPORT_SUPPORT,
 			DisableXAttrs:     false,
 		},
 		EntryTimeout:    &sec,
 		AttrTimeout:     &sec,
 		NegativeTimeout: &zero,
 		RootStableAttr:  &gofs.StableAttr{Ino: uint64(format.RootIno), Gen: 1},
+		// Node ID = inode number, so file handles resolve (export.go).
+		ExternalNodeID: true,
 	}
 }
 
