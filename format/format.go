@@ -330,7 +330,14 @@ type Extent struct {
 	Logical uint64
 	Phys    Blk
 	Len     uint64
+	// Unwritten: allocated by fallocate and not written since. Its blocks
+	// are zeroed, so it reads as zeros; SEEK_DATA/SEEK_HOLE see a hole, as
+	// on ext4 and tmpfs. On media: bit 63 of len (ExtentUnwritten).
+	Unwritten bool
 }
+
+// ExtentUnwritten is the unwritten flag in an extent's len field.
+const ExtentUnwritten uint64 = 1 << 63
 
 // End is the first file block after the extent.
 func (e Extent) End() uint64 { return e.Logical + e.Len }
@@ -345,11 +352,17 @@ const (
 func encodeExtent(b []byte, e Extent) {
 	le.PutUint64(b[EXLogical:], e.Logical)
 	le.PutUint64(b[EXPhys:], uint64(e.Phys))
-	le.PutUint64(b[EXLen:], e.Len)
+	l := e.Len
+	if e.Unwritten {
+		l |= ExtentUnwritten
+	}
+	le.PutUint64(b[EXLen:], l)
 }
 
 func decodeExtent(b []byte) Extent {
-	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: le.Uint64(b[EXLen:])}
+	l := le.Uint64(b[EXLen:])
+	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: l &^ ExtentUnwritten,
+		Unwritten: l&ExtentUnwritten != 0}
 }
 
 // Inode is the decoded persistent part of an inode.

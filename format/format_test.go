@@ -583,7 +583,7 @@ func randInode(r *rand.Rand) Inode {
 		Gen: r.Uint64(), Atime: r.Int64(), Mtime: -r.Int64(), Ctime: r.Int64(), Xattr: Blk(r.Uint64()),
 		Overflow: Blk(r.Uint64()), Extents: r.Uint32()}
 	for i := range in.Inline {
-		in.Inline[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64()}
+		in.Inline[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64() &^ ExtentUnwritten, r.IntN(2) == 0}
 	}
 	for i := range in.Session {
 		in.Session[i] = byte(r.Uint32())
@@ -645,7 +645,7 @@ func TestOverflowRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 100, OverflowSlot} {
 		exts := make([]Extent, n)
 		for i := range exts {
-			exts[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64()}
+			exts[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64() &^ ExtentUnwritten, r.IntN(2) == 0}
 		}
 		next := Blk(r.Uint64())
 		EncodeOverflow(b, exts, next)

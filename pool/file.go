@@ -232,7 +232,10 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	size := int64(in.d.Size)
 	c := fs.begin()
 	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
-	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false)
+	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false, false)
+	// Blocks fallocate left unwritten become data: the extent map
+	// changes in this write's transaction.
+	unwritten := in.unwrittenLocked(b0, b1)
 	if err != nil {
 		c.abort()
 		in.mu.Unlock()
@@ -271,7 +274,7 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	now := time.Now().UnixNano()
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(data)))
-	if len(added) == 0 && end <= size {
+	if len(added) == 0 && end <= size && !unwritten {
 		in.mu.Lock()
 		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
 			first := Blk(p / bs)
@@ -301,10 +304,14 @@ func (fs *FS) WriteAs(cl Caller, in *Inode, off int64, data []byte, appendMode b
 	nd := in.d
 	nd.Size = uint64(max(end, int64(in.d.Size)))
 	nd.Mtime, nd.Ctime = now, now
-	if len(added) > 0 {
+	if len(added) > 0 || unwritten {
 		// Merge into the current list: writers of other ranges may have
 		// committed extents since the snapshot.
-		if err := c.putExtentsLocked(in, &nd, mergeExtents(in.exts, added)); err != nil {
+		exts := mergeExtents(in.exts, added)
+		if unwritten {
+			exts = writtenExtents(exts, b0, b1)
+		}
+		if err := c.putExtentsLocked(in, &nd, exts); err != nil {
 			c.abort()
 			return 0, err
 		}
@@ -481,7 +488,7 @@ func (fs *FS) Fallocate(in *Inode, off, n uint64, mode uint32) error {
 		c.putInode(in, nd)
 		return c.commit()
 	}
-	added, err := c.fillHolesLocked(in, in.holesLocked(off/bs, (end+bs-1)/bs), true)
+	added, err := c.fillHolesLocked(in, in.holesLocked(off/bs, (end+bs-1)/bs), true, true)
 	if err != nil {
 		c.abort()
 		return err
@@ -638,8 +645,9 @@ var ErrNoSuchOffset = errors.New("no data or hole at or after the offset")
 
 // SeekData answers lseek(2) SEEK_DATA (hole false) and SEEK_HOLE (hole
 // true) from the extent map, at block granularity as ext4 and tmpfs do:
-// a mapped block is data, an unmapped one a hole, and the end of the file
-// is a hole. Embedding tables have no extents here and are all data.
+// a written block is data; an unmapped block, or one fallocate made and
+// nothing wrote since (unwritten), is a hole; so is the end of the file.
+// Embedding tables have no extents here and are all data.
 func (fs *FS) SeekData(in *Inode, off uint64, hole bool) (uint64, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -653,18 +661,28 @@ func (fs *FS) SeekData(in *Inode, off uint64, hole bool) (uint64, error) {
 		}
 		return off, nil
 	}
-	for fb := off / bs; fb*bs < size; {
-		_, n, mapped := in.lookupLocked(fb)
-		if mapped != hole {
-			return min(max(off, fb*bs), size), nil
+	fb := off / bs
+	for _, e := range in.exts {
+		if e.End() <= fb || e.Unwritten {
+			continue
 		}
-		if n == 0 { // no extent at or after fb: a hole up to the end
+		if fb*bs >= size {
 			break
 		}
-		fb += n
+		if hole {
+			if e.Logical > fb {
+				break // fb is in a hole before e
+			}
+			fb = e.End() // data up to e's end; the next extent may continue it
+			continue
+		}
+		if d := max(off, e.Logical*bs); d < size {
+			return d, nil
+		}
+		break
 	}
 	if hole {
-		return size, nil
+		return min(max(off, fb*bs), size), nil
 	}
 	return 0, ErrNoSuchOffset
 }

@@ -666,7 +666,7 @@ func mergeExtents(exts []format.Extent, e format.Extent) []format.Extent {
 	i := sort.Search(len(exts), func(i int) bool { return exts[i].Logical > e.Logical })
 	if i > 0 {
 		p := &exts[i-1]
-		if p.End() == e.Logical && p.Phys+format.Blk(p.Len) == e.Phys {
+		if p.End() == e.Logical && p.Phys+format.Blk(p.Len) == e.Phys && p.Unwritten == e.Unwritten {
 			p.Len += e.Len
 			return exts
 		}

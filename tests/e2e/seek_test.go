@@ -38,6 +38,22 @@ var seekLayouts = []seekLayout{
 			return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 7*blk, blk)
 		}))
 	}},
+	// fallocate's blocks are holes until written, block by block.
+	{"fallocated", func(t *testing.T, fd int) {
+		must(t, retry(func() error { return unix.Fallocate(fd, 0, 0, 4*blk) }))
+		pwriteFull(t, fd, []byte{1}, blk+5)
+	}},
+	{"fallocated-mixed", func(t *testing.T, fd int) {
+		pwriteFull(t, fd, randBytes(8, blk), 0)
+		must(t, retry(func() error { return unix.Fallocate(fd, 0, blk, 3*blk) }))
+		pwriteFull(t, fd, randBytes(9, 2*blk), 3*blk+100)
+		must(t, retry(func() error { return unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 6*blk, 4*blk) }))
+		pwriteFull(t, fd, []byte{2}, 9*blk)
+	}},
+	{"fallocated-overwritten", func(t *testing.T, fd int) {
+		must(t, retry(func() error { return unix.Fallocate(fd, 0, 0, 3*blk) }))
+		pwriteFull(t, fd, randBytes(10, 3*blk), 0)
+	}},
 }
 
 // seekAnswers probes SEEK_DATA and SEEK_HOLE at every block edge (and one
@@ -75,7 +91,8 @@ func seekAnswers(t *testing.T, path string) []string {
 // TestSeekDataHole: lseek SEEK_DATA and SEEK_HOLE answer exactly as on
 // tmpfs: ENXIO at or past the end of the file (so SEEK_HOLE at 0 of an
 // empty file too), holes at block granularity from the extent map, the
-// end of the file an implicit hole, punched blocks holes.
+// end of the file an implicit hole, punched blocks holes, fallocated
+// blocks holes until a write reaches them; the same after a remount.
 func TestSeekDataHole(t *testing.T) {
 	t.Parallel()
 	fs := newFS(t, "64m")
@@ -86,16 +103,26 @@ func TestSeekDataHole(t *testing.T) {
 			l.build(t, fd)
 			closeFd(t, fd)
 		}
-		got, want := seekAnswers(t, fs.Path(l.name)), seekAnswers(t, filepath.Join(ref, l.name))
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d answers on dnnfs, %d on tmpfs (sizes differ?)", l.name, len(got), len(want))
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Errorf("%s: dnnfs %s; tmpfs %s", l.name, got[i], want[i])
+	}
+	compare := func(when string) {
+		for _, l := range seekLayouts {
+			got, want := seekAnswers(t, fs.Path(l.name)), seekAnswers(t, filepath.Join(ref, l.name))
+			if len(got) != len(want) {
+				t.Fatalf("%s%s: %d answers on dnnfs, %d on tmpfs (sizes differ?)", l.name, when, len(got), len(want))
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Errorf("%s%s: dnnfs %s; tmpfs %s", l.name, when, got[i], want[i])
+				}
+			}
+			if g, w := fileSHA(t, fs.Path(l.name)), fileSHA(t, filepath.Join(ref, l.name)); g != w {
+				t.Errorf("%s%s: content differs from tmpfs", l.name, when)
 			}
 		}
 	}
+	compare("")
+	fs = fs.Remount(t)
+	compare(" after a remount")
 }
 
 // TestSparseCopies: cp (default and --sparse=always) and tar -S copy a
