@@ -340,8 +340,9 @@ func writtenExtents(exts []format.Extent, from, to uint64) []format.Extent {
 // unwrittenLocked reports whether any of file blocks [from, to) is in an
 // unwritten extent.
 func (in *Inode) unwrittenLocked(from, to uint64) bool {
-	for _, e := range in.exts {
-		if e.Unwritten && e.Logical < to && e.End() > from {
+	exts := in.exts
+	for i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > from }); i < len(exts) && exts[i].Logical < to; i++ {
+		if exts[i].Unwritten {
 			return true
 		}
 	}
