@@ -61,7 +61,8 @@ func wantHandleDir(t *testing.T, what, mnt string, h unix.FileHandle, ino uint64
 // A live file's or directory's handle opens it after the kernel dropped
 // its caches, and after a remount (the kernel has never seen the node:
 // it resolves it by node ID, as an NFS server does after a restart). A
-// deleted file's handle gives ESTALE, also once its inode number belongs
+// deleted file's handle gives ESTALE (unless the file is still open, as on
+// tmpfs), also once its inode number belongs
 // to a new file (the generation differs), never the other file.
 func TestFileHandles(t *testing.T) {
 	t.Parallel()
@@ -92,6 +93,16 @@ func TestFileHandles(t *testing.T) {
 		wantHandleDir(t, name+": directory", root, h.dir, h.dirIno, filepath.Join(root, "d", "sub"))
 		_, err := openHandle(t, root, h.gone, unix.O_RDONLY)
 		wantErrno(t, name+": open_by_handle_at of a deleted file", err, unix.ESTALE)
+	}
+	// As on tmpfs, a deleted file that something holds open still opens.
+	for _, root := range []string{ref, fs.Path()} {
+		p := filepath.Join(root, "held")
+		writeFile(t, p, []byte("held"), 0o644)
+		h, ino := nameToHandle(t, p), lstat(t, p).Ino
+		fd := openFd(t, p, unix.O_RDONLY, 0)
+		must(t, os.Remove(p))
+		wantHandleFile(t, root+": deleted but open", root, h, ino, []byte("held"))
+		closeFd(t, fd)
 	}
 	hr := mk(ref)
 	check("tmpfs", ref, hr)
