@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"syscall"
 	"time"
 
@@ -662,8 +663,9 @@ func (fs *FS) SeekData(in *Inode, off uint64, hole bool) (uint64, error) {
 		return off, nil
 	}
 	fb := off / bs
-	for _, e := range in.exts {
-		if e.End() <= fb || e.Unwritten {
+	exts := in.exts
+	for _, e := range exts[sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb }):] {
+		if e.Unwritten {
 			continue
 		}
 		if fb*bs >= size {
