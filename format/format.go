@@ -294,6 +294,7 @@ const (
 	INRdev        = 84  // u32 device number (FUSE's 32-bit encoding) of a character or block device, else 0
 	INInline      = 88  // InlineExtents x ExtentSize
 	INSession     = 184 // 72 bytes reserved for the segmented-I/O session (Process_num, F_flag, F_log_addr)
+	INBtime       = 212 // i64 ns birth time (set at create); 0 = unknown (made before birth times were kept)
 	InlineExtents = 4
 	ExtentSize    = 24
 )
@@ -329,7 +330,14 @@ type Extent struct {
 	Logical uint64
 	Phys    Blk
 	Len     uint64
+	// Unwritten: allocated by fallocate and not written since. Its blocks
+	// are zeroed, so it reads as zeros; SEEK_DATA/SEEK_HOLE see a hole, as
+	// on ext4 and tmpfs. On media: bit 63 of len (ExtentUnwritten).
+	Unwritten bool
 }
+
+// ExtentUnwritten is the unwritten flag in an extent's len field.
+const ExtentUnwritten uint64 = 1 << 63
 
 // End is the first file block after the extent.
 func (e Extent) End() uint64 { return e.Logical + e.Len }
@@ -344,11 +352,17 @@ const (
 func encodeExtent(b []byte, e Extent) {
 	le.PutUint64(b[EXLogical:], e.Logical)
 	le.PutUint64(b[EXPhys:], uint64(e.Phys))
-	le.PutUint64(b[EXLen:], e.Len)
+	l := e.Len
+	if e.Unwritten {
+		l |= ExtentUnwritten
+	}
+	le.PutUint64(b[EXLen:], l)
 }
 
 func decodeExtent(b []byte) Extent {
-	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: le.Uint64(b[EXLen:])}
+	l := le.Uint64(b[EXLen:])
+	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: l &^ ExtentUnwritten,
+		Unwritten: l&ExtentUnwritten != 0}
 }
 
 // Inode is the decoded persistent part of an inode.
@@ -367,7 +381,11 @@ type Inode struct {
 	Extents  uint32 // total extent count
 	Rdev     uint32 // character and block devices only
 	Inline   [InlineExtents]Extent
-	Session  [InodeSize - INSession]byte
+	Btime    int64 // birth time, ns; 0 = unknown
+	// Session holds bytes 184..255 (session fields and the table
+	// descriptor); the birth time's bytes in it are always zero, the
+	// value lives in Btime.
+	Session [InodeSize - INSession]byte
 }
 
 // IsDir etc. report the file type.
@@ -410,6 +428,7 @@ func (in *Inode) Encode(b []byte) {
 		encodeExtent(b[INInline+i*ExtentSize:], e)
 	}
 	copy(b[INSession:], in.Session[:])
+	le.PutUint64(b[INBtime:], uint64(in.Btime))
 	le.PutUint32(b[INCRC:], Checksum(b[4:]))
 }
 
@@ -455,6 +474,8 @@ func DecodeInode(b []byte) (Inode, error) {
 		in.Inline[i] = decodeExtent(b[INInline+i*ExtentSize:])
 	}
 	copy(in.Session[:], b[INSession:])
+	in.Btime = int64(le.Uint64(b[INBtime:]))
+	clear(in.Session[INBtime-INSession : INBtime-INSession+8])
 	switch in.Mode & ModeType {
 	case ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk:
 	default:

@@ -96,7 +96,8 @@ var docStructs = map[string]struct {
 		{INFLogAddr, 8, "F_log addr"},
 		{INSessionSize, 8, "session size"},
 		{INSessionMode, 4, "session mode"},
-		{INSessionMode + 4, INTable - (INSessionMode + 4), "reserved"},
+		{INBtime, 8, "btime"},
+		{INBtime + 8, INTable - (INBtime + 8), "reserved"},
 		{INTable, 8, "table"},
 	}},
 	"extent": {ExtentSize, []docRow{
@@ -390,12 +391,12 @@ func TestFormatDocFieldsAreWhereEncodersPutThem(t *testing.T) {
 		}
 	}
 	in := Inode{Mode: ModeReg | 0o640, UID: 3, GID: 4, Nlink: 5, Flags: 1, Size: 6, Gen: 7, Atime: 8,
-		Mtime: 9, Ctime: 10, Xattr: 11, Overflow: 12, Extents: 13, Rdev: 14}
+		Mtime: 9, Ctime: 10, Xattr: 11, Overflow: 12, Extents: 13, Rdev: 14, Btime: 15}
 	b = make([]byte, InodeSize)
 	in.Encode(b)
 	for field, want := range map[string]uint64{"mode": uint64(in.Mode), "uid": 3, "gid": 4, "nlink": 5,
 		"flags": 1, "size": 6, "generation": 7, "atime": 8, "mtime": 9, "ctime": 10, "xattr": 11,
-		"overflow": 12, "extent count": 13, "rdev": 14, "crc": uint64(Checksum(b[4:]))} {
+		"overflow": 12, "extent count": 13, "rdev": 14, "btime": 15, "crc": uint64(Checksum(b[4:]))} {
 		if got := read(b, "inode", field); got != want {
 			t.Errorf("inode %s: %d at the documented offset, want %d", field, got, want)
 		}
@@ -582,11 +583,13 @@ func randInode(r *rand.Rand) Inode {
 		Gen: r.Uint64(), Atime: r.Int64(), Mtime: -r.Int64(), Ctime: r.Int64(), Xattr: Blk(r.Uint64()),
 		Overflow: Blk(r.Uint64()), Extents: r.Uint32()}
 	for i := range in.Inline {
-		in.Inline[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64()}
+		in.Inline[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64() &^ ExtentUnwritten, r.IntN(2) == 0}
 	}
 	for i := range in.Session {
 		in.Session[i] = byte(r.Uint32())
 	}
+	clear(in.Session[INBtime-INSession : INBtime-INSession+8]) // the birth time is Btime
+	in.Btime = r.Int64()
 	return in
 }
 
@@ -642,7 +645,7 @@ func TestOverflowRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 100, OverflowSlot} {
 		exts := make([]Extent, n)
 		for i := range exts {
-			exts[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64()}
+			exts[i] = Extent{r.Uint64(), Blk(r.Uint64()), r.Uint64() &^ ExtentUnwritten, r.IntN(2) == 0}
 		}
 		next := Blk(r.Uint64())
 		EncodeOverflow(b, exts, next)

@@ -68,7 +68,7 @@ func FuzzDecodeSuperblock(f *testing.F) {
 func FuzzDecodeInode(f *testing.F) {
 	b := make([]byte, InodeSize)
 	(&Inode{Mode: ModeReg | 0o644, Nlink: 1, Size: 5000, Extents: 2,
-		Inline: [InlineExtents]Extent{{0, 200, 1}, {1, 300, 1}}}).Encode(b)
+		Inline: [InlineExtents]Extent{{0, 200, 1, false}, {1, 300, 1, false}}}).Encode(b)
 	f.Add(bytes.Clone(b), false)
 	(&Inode{Mode: ModeDir | 0o755, Nlink: 2, Size: BlockSize, Xattr: 9, Overflow: 10, Extents: 200}).Encode(b)
 	f.Add(bytes.Clone(b), false)
@@ -100,12 +100,12 @@ func FuzzDecodeInode(f *testing.F) {
 
 func FuzzDecodeOverflow(f *testing.F) {
 	b := make([]byte, BlockSize)
-	EncodeOverflow(b, []Extent{{4, 500, 2}, {9, 600, 1}}, 77)
+	EncodeOverflow(b, []Extent{{4, 500, 2, false}, {9, 600, 1, true}}, 77)
 	f.Add(bytes.Clone(b), false)
 	f.Add(b[:OVExtents+2*ExtentSize], true)
 	full := make([]Extent, OverflowSlot)
 	for i := range full {
-		full[i] = Extent{uint64(i), Blk(1000 + i), 1}
+		full[i] = Extent{uint64(i), Blk(1000 + i), 1, false}
 	}
 	EncodeOverflow(b, full, 0)
 	f.Add(bytes.Clone(b), false)

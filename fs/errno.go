@@ -30,6 +30,7 @@ var errnos = []struct {
 	{pool.ErrValueTooBig, syscall.E2BIG},
 	{pool.ErrTable, syscall.EINVAL},
 	{pool.ErrIO, syscall.EIO},
+	{pool.ErrNoSuchOffset, syscall.ENXIO},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

@@ -7,6 +7,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/pool"
 )
@@ -117,6 +118,21 @@ func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, siz
 		n.NotifyContent(-1, 0) // the kernel's cached mode is stale (see Write)
 	}
 	return 0
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
+// whences itself) from the extent map.
+func (n *node) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	switch whence {
+	case unix.SEEK_DATA, unix.SEEK_HOLE:
+	default:
+		return 0, syscall.EINVAL
+	}
+	o, err := n.p.SeekData(n.in, off, whence == unix.SEEK_HOLE)
+	if err != nil {
+		return 0, n.fail("lseek", err)
+	}
+	return o, 0
 }
 
 func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }

@@ -12,6 +12,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
@@ -42,6 +43,7 @@ type node struct {
 var (
 	_ = (gofs.NodeLookuper)((*node)(nil))
 	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
 	_ = (gofs.NodeCreater)((*node)(nil))
 	_ = (gofs.NodeTmpfiler)((*node)(nil))
@@ -60,6 +62,7 @@ var (
 	_ = (gofs.NodeFlusher)((*node)(nil))
 	_ = (gofs.NodeReleaser)((*node)(nil))
 	_ = (gofs.NodeAllocater)((*node)(nil))
+	_ = (gofs.NodeLseeker)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
@@ -92,9 +95,11 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			MaxBackground: 64,
 			// Shared mmap of direct-I/O files (kernel >= 6.6); the ACL
 			// setgid rule reaches the daemon, and the umask is applied
-			// by NewRawFS, which every mount goes through (acl.go).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT | fuse.CAP_DONT_MASK,
-			DisableXAttrs:     false,
+			// by NewRawFS, which every mount goes through (acl.go); file
+			// handles that outlive the kernel's inode cache (export.go).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_SETXATTR_EXT | fuse.CAP_DONT_MASK |
+				fuse.CAP_EXPORT_SUPPORT,
+			DisableXAttrs: false,
 			// POSIX ACLs, checked by the kernel.
 			EnableAcl: true,
 		},
@@ -104,6 +109,8 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 		RootStableAttr:  &gofs.StableAttr{Ino: uint64(format.RootIno), Gen: 1},
 		// Modes as stored: go-fuse would show a mode-0000 file as 0644.
 		NullPermissions: true,
+		// Node ID = inode number, so file handles resolve (export.go).
+		ExternalNodeID: true,
 	}
 }
 
@@ -161,6 +168,38 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	a := n.in.Attr()
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// Statx is Getattr plus the birth time (FUSE_STATX): the kernel asks
+// for it when a statx(2) caller wants STATX_BTIME. An inode made before
+// birth times were kept has none, and the mask says so.
+func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	a := n.in.Attr()
+	var attr fuse.Attr
+	fillAttr(&a, &attr)
+	fillStatx(&attr, a.Btime, &out.Statx)
+	return 0
+}
+
+// fillStatx converts attributes to a statx reply: the basic stats, and
+// STATX_BTIME when btime is known.
+func fillStatx(a *fuse.Attr, btime time.Time, out *fuse.Statx) {
+	out.Mask = unix.STATX_BASIC_STATS
+	out.Blksize = a.Blksize
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.Uid, a.Gid
+	out.Mode = uint16(a.Mode)
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Atime = fuse.SxTime{Sec: a.Atime, Nsec: a.Atimensec}
+	out.Mtime = fuse.SxTime{Sec: a.Mtime, Nsec: a.Mtimensec}
+	out.Ctime = fuse.SxTime{Sec: a.Ctime, Nsec: a.Ctimensec}
+	out.RdevMajor, out.RdevMinor = unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev))
+	if !btime.IsZero() {
+		out.Mask |= unix.STATX_BTIME
+		out.Btime = fuse.SxTime{Sec: uint64(btime.Unix()), Nsec: uint32(btime.Nanosecond())}
+	}
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"syscall"
 	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -108,6 +109,15 @@ func (k *krefFS) Forget(nodeid, nlookup uint64) {
 }
 
 func (k *krefFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if name == "." {
+		// The kernel resolves a file handle whose inode it no longer
+		// caches (export.go). An unlinked inode may still be known to
+		// go-fuse until its FORGET is served, which would answer for it:
+		// a deleted file's handle must give ESTALE instead.
+		if in := k.p.Inode(pool.Ino(header.NodeId)); in == nil || in.Attr().Nlink == 0 {
+			return fuse.Status(syscall.ESTALE)
+		}
+	}
 	st := k.RawFileSystem.Lookup(cancel, header, name, out)
 	if st.Ok() {
 		k.ref(out)

@@ -258,6 +258,7 @@ type lookupNode struct {
 var (
 	_ = (gofs.NodeOpener)((*lookupNode)(nil))
 	_ = (gofs.NodeGetattrer)((*lookupNode)(nil))
+	_ = (gofs.NodeStatxer)((*lookupNode)(nil))
 	_ = (gofs.NodeSetattrer)((*lookupNode)(nil))
 	_ = (gofs.NodeReader)((*lookupNode)(nil))
 	_ = (gofs.NodeWriter)((*lookupNode)(nil))
@@ -298,6 +299,15 @@ func (l *lookupNode) fill(out *fuse.Attr) {
 
 func (l *lookupNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	l.fill(&out.Attr)
+	return 0
+}
+
+// Statx answers like Getattr: a request file has no birth time. (An
+// ENOSYS here would turn FUSE_STATX off for the whole mount.)
+func (l *lookupNode) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	var a fuse.Attr
+	l.fill(&a)
+	fillStatx(&a, time.Time{}, &out.Statx)
 	return 0
 }
 

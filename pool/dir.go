@@ -262,7 +262,7 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	}
 	now := time.Now().UnixNano()
 	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
-		Atime: now, Mtime: now, Ctime: now, Rdev: ni.Rdev}
+		Atime: now, Mtime: now, Ctime: now, Btime: now, Rdev: ni.Rdev}
 	child := &Inode{fs: fs, Ino: ino, typ: typ}
 	c := fs.begin()
 	nd := dir.d
@@ -478,7 +478,7 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	}
 	now := time.Now().UnixNano()
 	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 0, Flags: format.InodeOrphan,
-		Gen: fs.genSeq, Atime: now, Mtime: now, Ctime: now}
+		Gen: fs.genSeq, Atime: now, Mtime: now, Ctime: now, Btime: now}
 	child := &Inode{fs: fs, Ino: ino, typ: format.ModeReg, linkable: true}
 	c := fs.begin()
 	if acl != nil {

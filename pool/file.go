@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"syscall"
 	"time"
 
@@ -252,7 +253,10 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	size := int64(in.d.Size)
 	c := fs.begin()
 	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
-	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false)
+	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false, false)
+	// Blocks fallocate left unwritten become data: the extent map
+	// changes in this write's transaction.
+	unwritten := in.unwrittenLocked(b0, b1)
 	if err != nil {
 		c.abort()
 		in.mu.Unlock()
@@ -294,7 +298,7 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	now := time.Now().UnixNano()
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(data)))
-	if len(added) == 0 && end <= size {
+	if len(added) == 0 && end <= size && !unwritten {
 		in.mu.Lock()
 		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
 			first := Blk(p / bs)
@@ -370,10 +374,14 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		nd.Mode = cr.afterData(nd.Mode, nd.GID)
 		killed = nd.Mode != in.d.Mode
 	}
-	if len(added) > 0 {
+	if len(added) > 0 || unwritten {
 		// Merge into the current list: writers of other ranges may have
 		// committed extents since the snapshot.
-		if err := c.putExtentsLocked(in, &nd, mergeExtents(in.exts, added)); err != nil {
+		exts := mergeExtents(in.exts, added)
+		if unwritten {
+			exts = writtenExtents(exts, b0, b1)
+		}
+		if err := c.putExtentsLocked(in, &nd, exts); err != nil {
 			c.abort()
 			return 0, false, err
 		}
@@ -579,7 +587,7 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 		c.putInode(in, nd)
 		return c.commit()
 	}
-	added, err := c.fillHolesLocked(in, in.holesLocked(off/bs, (end+bs-1)/bs), true)
+	added, err := c.fillHolesLocked(in, in.holesLocked(off/bs, (end+bs-1)/bs), true, true)
 	if err != nil {
 		c.abort()
 		return err
@@ -768,4 +776,53 @@ func (fs *FS) freeIfUnused(in *Inode) error {
 		return fmt.Errorf("freeing unlinked inode %d: %w", in.Ino, err)
 	}
 	return nil
+}
+
+// ErrNoSuchOffset is lseek's ENXIO: SEEK_DATA or SEEK_HOLE at or past the
+// end of the file, or SEEK_DATA with no data after the offset.
+var ErrNoSuchOffset = errors.New("no data or hole at or after the offset")
+
+// SeekData answers lseek(2) SEEK_DATA (hole false) and SEEK_HOLE (hole
+// true) from the extent map, at block granularity as ext4 and tmpfs do:
+// a written block is data; an unmapped block, or one fallocate made and
+// nothing wrote since (unwritten), is a hole; so is the end of the file.
+// Embedding tables have no extents here and are all data.
+func (fs *FS) SeekData(in *Inode, off uint64, hole bool) (uint64, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	size := in.d.Size
+	if off >= size {
+		return 0, ErrNoSuchOffset
+	}
+	if in.IsTable() || in.IsDir() {
+		if hole {
+			return size, nil
+		}
+		return off, nil
+	}
+	fb := off / bs
+	exts := in.exts
+	for _, e := range exts[sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb }):] {
+		if e.Unwritten {
+			continue
+		}
+		if fb*bs >= size {
+			break
+		}
+		if hole {
+			if e.Logical > fb {
+				break // fb is in a hole before e
+			}
+			fb = e.End() // data up to e's end; the next extent may continue it
+			continue
+		}
+		if d := max(off, e.Logical*bs); d < size {
+			return d, nil
+		}
+		break
+	}
+	if hole {
+		return min(max(off, fb*bs), size), nil
+	}
+	return 0, ErrNoSuchOffset
 }

@@ -61,6 +61,7 @@ type Attr struct {
 	Size                uint64
 	Blocks              uint64 // 512-byte units
 	Atime, Mtime, Ctime time.Time
+	Btime               time.Time // zero: unknown (an inode made before birth times were kept)
 }
 
 // Attr returns the inode's attributes.
@@ -75,11 +76,15 @@ func (in *Inode) attrLocked() Attr {
 	for _, e := range in.exts {
 		blocks += e.Len
 	}
-	return Attr{
+	a := Attr{
 		Ino: in.Ino, Gen: in.d.Gen, Mode: in.d.Mode, UID: in.d.UID, GID: in.d.GID,
 		Nlink: in.d.Nlink, Rdev: in.d.Rdev, Size: in.d.Size, Blocks: blocks * (format.BlockSize / 512),
 		Atime: time.Unix(0, in.d.Atime), Mtime: time.Unix(0, in.d.Mtime), Ctime: time.Unix(0, in.d.Ctime),
 	}
+	if in.d.Btime != 0 {
+		a.Btime = time.Unix(0, in.d.Btime)
+	}
+	return a
 }
 
 // IsDir reports whether the inode is a directory.
@@ -172,7 +177,8 @@ func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 // fillHolesLocked allocates pool blocks for the given holes of in (near
 // their neighbours) and returns them as extents; zero makes them read as
 // zeros (fallocate, sessions), otherwise the caller overwrites them.
-func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero bool) ([]format.Extent, error) {
+// unwritten marks them so (fallocate: zeros that are not data).
+func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero, unwritten bool) ([]format.Extent, error) {
 	var added []format.Extent
 	for _, h := range holes {
 		runs, err := c.allocBlocks(in.goalLocked(h.Logical), h.Len)
@@ -186,7 +192,7 @@ func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero bool) ([
 					return nil, ioErr("clearing new blocks", err)
 				}
 			}
-			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len})
+			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len, Unwritten: unwritten})
 			lg += r.Len
 		}
 	}
@@ -298,7 +304,7 @@ func mergeExtents(exts, add []format.Extent) []format.Extent {
 	for _, e := range out {
 		if n := len(merged); n > 0 {
 			p := &merged[n-1]
-			if p.End() == e.Logical && p.Phys+Blk(p.Len) == e.Phys {
+			if p.End() == e.Logical && p.Phys+Blk(p.Len) == e.Phys && p.Unwritten == e.Unwritten {
 				p.Len += e.Len
 				continue
 			}
@@ -317,15 +323,37 @@ func cutExtents(exts []format.Extent, from, to uint64) (kept, removed []format.E
 			continue
 		}
 		if e.Logical < from {
-			kept = append(kept, format.Extent{Logical: e.Logical, Phys: e.Phys, Len: from - e.Logical})
+			kept = append(kept, format.Extent{Logical: e.Logical, Phys: e.Phys, Len: from - e.Logical, Unwritten: e.Unwritten})
 		}
 		lo, hi := max(e.Logical, from), min(e.End(), to)
 		removed = append(removed, format.Extent{Logical: lo, Phys: e.Phys + Blk(lo-e.Logical), Len: hi - lo})
 		if e.End() > to {
-			kept = append(kept, format.Extent{Logical: to, Phys: e.Phys + Blk(to-e.Logical), Len: e.End() - to})
+			kept = append(kept, format.Extent{Logical: to, Phys: e.Phys + Blk(to-e.Logical), Len: e.End() - to, Unwritten: e.Unwritten})
 		}
 	}
 	return kept, removed
+}
+
+// writtenExtents returns exts with file blocks [from, to) no longer
+// unwritten (a write reached them), merged with their neighbours.
+func writtenExtents(exts []format.Extent, from, to uint64) []format.Extent {
+	kept, cut := cutExtents(exts, from, to)
+	for i := range cut {
+		cut[i].Unwritten = false
+	}
+	return mergeExtents(kept, cut)
+}
+
+// unwrittenLocked reports whether any of file blocks [from, to) is in an
+// unwritten extent.
+func (in *Inode) unwrittenLocked(from, to uint64) bool {
+	exts := in.exts
+	for i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > from }); i < len(exts) && exts[i].Logical < to; i++ {
+		if exts[i].Unwritten {
+			return true
+		}
+	}
+	return false
 }
 
 // holesLocked lists the unmapped file-block ranges within [from, to).

@@ -176,7 +176,7 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 		return ioErr("formatting", err)
 	}
 	root := format.Inode{Mode: format.ModeDir | 0o755, UID: uid, GID: gid, Nlink: 2, Gen: 1,
-		Atime: now, Mtime: now, Ctime: now}
+		Atime: now, Mtime: now, Ctime: now, Btime: now}
 	off := sb.InodeOff(format.RootIno)
 	root.Encode(b[off : off+format.InodeSize])
 	if err := m.Persist(int64(off), format.InodeSize); err != nil {

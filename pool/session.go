@@ -158,7 +158,7 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		if need+uint64(fb+pb) > fs.alloc.free() {
 			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.free())
 		}
-		added, err := c.fillHolesLocked(in, holes, true)
+		added, err := c.fillHolesLocked(in, holes, true, false)
 		if err != nil {
 			c.abort()
 			return err

@@ -501,7 +501,7 @@ func (a *analysis) checkRoot() {
 func (a *analysis) rootFix(why string) func() ([]rec, []string, error) {
 	return func() ([]rec, []string, error) {
 		now := nowNano()
-		d := format.Inode{Mode: format.ModeDir | 0o755, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now}
+		d := format.Inode{Mode: format.ModeDir | 0o755, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now, Btime: now}
 		buf := make([]byte, format.InodeSize)
 		d.Encode(buf)
 		return []rec{{a.sb.InodeOff(format.RootIno), buf}},
@@ -666,7 +666,7 @@ func mergeExtents(exts []format.Extent, e format.Extent) []format.Extent {
 	i := sort.Search(len(exts), func(i int) bool { return exts[i].Logical > e.Logical })
 	if i > 0 {
 		p := &exts[i-1]
-		if p.End() == e.Logical && p.Phys+format.Blk(p.Len) == e.Phys {
+		if p.End() == e.Logical && p.Phys+format.Blk(p.Len) == e.Phys && p.Unwritten == e.Unwritten {
 			p.Len += e.Len
 			return exts
 		}

@@ -47,7 +47,7 @@ func (a *analysis) lostFound() ([]rec, []string, error) {
 		}
 		now := nowNano()
 		lf = &inode{ino: ino, off: a.sb.InodeOff(ino),
-			d: format.Inode{Mode: format.ModeDir | 0o700, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now}}
+			d: format.Inode{Mode: format.ModeDir | 0o700, Nlink: 2, Gen: 1, Atime: now, Mtime: now, Ctime: now, Btime: now}}
 		rw = a.newDirAdder(root)
 		lfName = rw.unique("lost+found", ".")
 		if err := rw.add(lfName, ino, format.DTDir); err != nil {

@@ -64,6 +64,7 @@ func mainScript(s *script) {
 	s.fallocate("/a/b/f1", 0, 8*bs, 0)     // allocate and extend
 	s.fallocate("/a/b/f1", 10*bs, 2*bs, pool.FallocKeepSize)
 	s.write("/a/b/f1", 1000, 1000, 32)                                              // overwrite: unsure
+	s.write("/a/b/f1", 5*bs+10, 100, 33)                                            // into unwritten blocks: converts them
 	s.fallocate("/a/b/f1", 100, 200, pool.FallocPunchHole|pool.FallocKeepSize)      // inside one block
 	s.fallocate("/a/b/f1", 3*bs, 2*bs, pool.FallocPunchHole|pool.FallocKeepSize)    // whole blocks
 	s.fallocate("/a/b/f1", 500, 2*bs+100, pool.FallocPunchHole|pool.FallocKeepSize) // partial + whole
