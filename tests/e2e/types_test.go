@@ -134,8 +134,12 @@ func TestSpecialFiles(t *testing.T) {
 
 	t.Run("open", func(t *testing.T) {
 		for _, name := range []string{"null", "loop", "mksock", "sock"} {
-			fdD, errD := retryN(func() (int, error) { return unix.Open(filepath.Join(d, name), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0) })
-			fdR, errR := retryN(func() (int, error) { return unix.Open(filepath.Join(ref, name), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0) })
+			fdD, errD := retryN(func() (int, error) {
+				return unix.Open(filepath.Join(d, name), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			})
+			fdR, errR := retryN(func() (int, error) {
+				return unix.Open(filepath.Join(ref, name), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			})
 			for _, fd := range []int{fdD, fdR} {
 				if fd >= 0 {
 					unix.Close(fd)
