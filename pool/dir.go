@@ -247,22 +247,11 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	if _, _, ok := fs.lookupLocked(dir, name); ok {
 		return nil, ErrExist
 	}
-	// setgid directories pass their group (and, to subdirectories, the bit) on.
-	if dir.d.Mode&0o2000 != 0 {
-		ni.GID = dir.d.GID
-		if typ == format.ModeDir {
-			ni.Mode |= 0o2000
-		}
-	}
-	var acl []format.Xattr
-	ni.Mode, acl = inheritACLLocked(dir, ni.Mode)
-	ino, err := fs.newIno()
+	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UnixNano()
-	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
-		Atime: now, Mtime: now, Ctime: now, Btime: now, Rdev: ni.Rdev}
+	now := d.Ctime
 	child := &Inode{fs: fs, Ino: ino, typ: typ}
 	c := fs.begin()
 	nd := dir.d
@@ -319,6 +308,28 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	fs.inodes[ino] = child
 	fs.imu.Unlock()
 	return child, nil
+}
+
+// newInodeLocked takes an inode number for a new child of dir and
+// returns its first persistent state (one link) and the ACLs it inherits:
+// setgid directories pass their group on (and, to subdirectories, the
+// bit), a default ACL its entries (inheritACLLocked). dir.mu is held.
+func (fs *FS) newInodeLocked(dir *Inode, ni NewInode) (Ino, format.Inode, []format.Xattr, error) {
+	if dir.d.Mode&0o2000 != 0 {
+		ni.GID = dir.d.GID
+		if ni.Mode&format.ModeType == format.ModeDir {
+			ni.Mode |= 0o2000
+		}
+	}
+	var acl []format.Xattr
+	ni.Mode, acl = inheritACLLocked(dir, ni.Mode)
+	ino, err := fs.newIno()
+	if err != nil {
+		return 0, format.Inode{}, nil, err
+	}
+	now := time.Now().UnixNano()
+	return ino, format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 1, Gen: fs.genSeq,
+		Atime: now, Mtime: now, Ctime: now, Btime: now, Rdev: ni.Rdev}, acl, nil
 }
 
 // stageDropLinkLocked stages one fewer link to child: freed now if no
@@ -467,18 +478,11 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	if dir.d.Nlink == 0 {
 		return nil, ErrNotFound
 	}
-	if dir.d.Mode&0o2000 != 0 {
-		ni.GID = dir.d.GID
-	}
-	var acl []format.Xattr
-	ni.Mode, acl = inheritACLLocked(dir, ni.Mode)
-	ino, err := fs.newIno()
+	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UnixNano()
-	d := format.Inode{Mode: ni.Mode, UID: ni.UID, GID: ni.GID, Nlink: 0, Flags: format.InodeOrphan,
-		Gen: fs.genSeq, Atime: now, Mtime: now, Ctime: now, Btime: now}
+	d.Nlink, d.Flags = 0, format.InodeOrphan
 	child := &Inode{fs: fs, Ino: ino, typ: format.ModeReg, linkable: true}
 	c := fs.begin()
 	if acl != nil {
