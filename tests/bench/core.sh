@@ -12,17 +12,19 @@ cd "$(dirname "$0")/../.."
 go build -o bin/dnnfs-bench ./cmd/dnnfs
 BIN=$PWD/bin/dnnfs-bench
 W=$(mktemp -d /dev/shm/dnnfs-bench.XXXX)
-trap 'pkill -TERM -f "dnnfs-bench mount" 2>/dev/null || true; sleep 1; umount -l $W/mnt 2>/dev/null || true; umount $W/tmpfs 2>/dev/null || true; rm -rf $W' EXIT
+DPID=
+trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; sleep 1; umount -l $W/mnt 2>/dev/null || true; umount $W/tmpfs 2>/dev/null || true; rm -rf $W' EXIT
 mkdir -p $W/mnt $W/tmpfs
 mount -t tmpfs -o size=4g tmpfs $W/tmpfs
 
 mountdnnfs() { # $1 = lock mode
   $BIN mount --pool $W/pool $W/mnt --log-level warn --lock "$1" 2>>$W/daemon.log &
+  DPID=$!
   for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && return; sleep 0.05; done
   echo "mount failed"; cat $W/daemon.log; exit 1
 }
 umountdnnfs() {
-  pkill -TERM -f "dnnfs-bench mount"
+  kill -TERM $DPID; wait $DPID; DPID=
   for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo || return 0; sleep 0.05; done
 }
 fiobw() { # dir rw jobs -> MiB/s

@@ -13,10 +13,12 @@ cd "$(dirname "$0")/../.."
 go build -o bin/dnnfs-bench ./cmd/dnnfs
 BIN=$PWD/bin/dnnfs-bench
 W=$(mktemp -d /dev/shm/dnnfs-sess.XXXX)
-trap 'pkill -TERM -f "dnnfs-bench mount" 2>/dev/null || true; sleep 1; umount -l $W/mnt 2>/dev/null || true; rm -rf $W' EXIT
+DPID=
+trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; sleep 1; umount -l $W/mnt 2>/dev/null || true; rm -rf $W' EXIT
 mkdir -p $W/mnt
 $BIN mkfs --pool $W/pool --size 3GiB >/dev/null
 $BIN mount --pool $W/pool $W/mnt --log-level warn --tail-interval $TI 2>>$W/daemon.log &
+DPID=$!
 for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && break; sleep 0.05; done
 fiobw() { # jobs
   fio --name=b --directory=$W/mnt --filename=f --rw=write --bs=1M --ioengine=psync --thread --numjobs=$1 \
