@@ -5,22 +5,7 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 )
-
-func newTestFS(t *testing.T, size int64) *FS {
-	t.Helper()
-	m := pmem.NewMemory(size)
-	if err := Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	return fs
-}
 
 func mustCreate(t *testing.T, fs *FS, name string, data []byte) *Inode {
 	t.Helper()
@@ -37,7 +22,8 @@ func mustCreate(t *testing.T, fs *FS, name string, data []byte) *Inode {
 // TestKernelRefKeepsUnlinkedInode: an unlinked inode the kernel still
 // references keeps its number and data until KernelForget.
 func TestKernelRefKeepsUnlinkedInode(t *testing.T) {
-	fs := newTestFS(t, 16<<20)
+	fs, _ := openTestPool(t)
+	defer fs.Close()
 	data := []byte("the original bytes")
 	in := mustCreate(t, fs, "f", data)
 	fs.KernelRef(in)
@@ -67,7 +53,8 @@ func TestKernelRefKeepsUnlinkedInode(t *testing.T) {
 // TestRetryNoSpace: an allocation failing while an unlinked inode waits
 // for the kernel's FORGET is retried once the inode is freed.
 func TestRetryNoSpace(t *testing.T) {
-	fs := newTestFS(t, 16<<20)
+	fs, _ := openTestPool(t)
+	defer fs.Close()
 	big := make([]byte, fs.Statfs().Free*format.BlockSize*3/4)
 	in := mustCreate(t, fs, "old", big)
 	fs.KernelRef(in)
