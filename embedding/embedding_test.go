@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // testTier mounts a pool on a memory medium with an SSD tier of real
@@ -24,7 +24,7 @@ import (
 type testTier struct {
 	t    *testing.T
 	m    pmem.Medium
-	p    *pool.FS
+	p    *core.FS
 	tier *Tier
 	dirs []string
 	opts Options
@@ -33,7 +33,7 @@ type testTier struct {
 func newTestTier(t *testing.T, models []Model, sched SchedConfig) *testTier {
 	t.Helper()
 	tt := &testTier{t: t, m: pmem.NewMemory(64 << 20)}
-	if err := pool.Format(tt.m, 0, 0); err != nil {
+	if err := core.Format(tt.m, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	base := t.TempDir()
@@ -56,7 +56,7 @@ func newTestTier(t *testing.T, models []Model, sched SchedConfig) *testTier {
 
 func (tt *testTier) open() {
 	tt.t.Helper()
-	p, _, err := pool.Open(tt.m, pool.Options{})
+	p, _, err := core.Open(tt.m, core.Options{})
 	if err != nil {
 		tt.t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func (tt *testTier) close() {
 // rows' bytes.
 func (tt *testTier) table(name string, rows uint64, dim uint32, dtype uint8, rng *rand.Rand) (*Table, []byte) {
 	tt.t.Helper()
-	in, err := tt.p.Create(tt.p.Root(), name, pool.NewInode{Mode: format.ModeReg | 0o644})
+	in, err := tt.p.Create(tt.p.Root(), name, core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		tt.t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // location is one version of a shard's translation entry. Readers pin it
@@ -27,7 +27,7 @@ type shard struct {
 // Table is the DRAM state of one embedding table.
 type Table struct {
 	tier     *Tier
-	in       *pool.Inode
+	in       *core.Inode
 	hdr      format.TableHeader
 	rowBytes int64
 	shards   []shard

@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // ErrNoTier: the mount has no SSD-tier device (mount with --ssd DIR).
@@ -74,7 +74,7 @@ const DefaultShardBytes = 4 << 20
 
 // Tier is the mounted SSD tier.
 type Tier struct {
-	p      *pool.FS
+	p      *core.FS
 	log    *zap.Logger
 	sched  scheduler
 	weight Weights
@@ -84,7 +84,7 @@ type Tier struct {
 	att  []*Device // the attached devices (fixed at Open)
 
 	mu     sync.Mutex
-	tables map[pool.Ino]*Table
+	tables map[core.Ino]*Table
 
 	useful atomic.Uint64 // bytes callers asked for (reads, lookups)
 	mig    migrator
@@ -96,7 +96,7 @@ type Tier struct {
 // Open attaches the SSD-tier devices to a mounted pool: registers new
 // directories, checks labels, rebuilds free shard space from the
 // translation tables and starts the loaders. It is Prepare then Start.
-func Open(p *pool.FS, opts Options) (*Tier, error) {
+func Open(p *core.FS, opts Options) (*Tier, error) {
 	t, err := Prepare(p, opts)
 	if err != nil {
 		return nil, err
@@ -113,7 +113,7 @@ func Open(p *pool.FS, opts Options) (*Tier, error) {
 // directories are registered by Start. A Prepare that fails, or a prepared
 // tier closed before Start, leaves the pool and the directories as they
 // were (a backing file it created is removed again).
-func Prepare(p *pool.FS, opts Options) (*Tier, error) {
+func Prepare(p *core.FS, opts Options) (*Tier, error) {
 	log := opts.Log
 	if log == nil {
 		log = zap.NewNop()
@@ -131,7 +131,7 @@ func Prepare(p *pool.FS, opts Options) (*Tier, error) {
 		opts.Placement = DefaultWeights
 	}
 	t := &Tier{p: p, log: log, sched: scheduler{cfg: opts.Sched}, weight: opts.Placement,
-		shardB: opts.ShardBytes, tables: map[pool.Ino]*Table{}, migEvery: opts.Migrate}
+		shardB: opts.ShardBytes, tables: map[core.Ino]*Table{}, migEvery: opts.Migrate}
 	if t.shardB == 0 {
 		t.shardB = DefaultShardBytes
 	}
@@ -313,7 +313,7 @@ func (t *Tier) loadTables(reg []format.TierDevice) error {
 	return nil
 }
 
-func (t *Tier) newTable(in *pool.Inode, hdr format.TableHeader, es []format.ShardEntry) *Table {
+func (t *Tier) newTable(in *core.Inode, hdr format.TableHeader, es []format.ShardEntry) *Table {
 	tb := &Table{tier: t, in: in, hdr: hdr, rowBytes: int64(hdr.RowBytes()), shards: make([]shard, len(es))}
 	for i, e := range es {
 		tb.shards[i].cur.Store(&location{e: e})
@@ -329,7 +329,7 @@ func (t *Tier) dev(id format.DevID) *Device {
 }
 
 // Table returns the DRAM table of a table inode.
-func (t *Tier) Table(in *pool.Inode) (*Table, bool) {
+func (t *Tier) Table(in *core.Inode) (*Table, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tb, ok := t.tables[in.Ino]
@@ -339,19 +339,19 @@ func (t *Tier) Table(in *pool.Inode) (*Table, bool) {
 // CreateTable makes the empty regular file in a table of rows x dim of
 // dtype: shards are placed (SEEDS.md §3) and reserved, then the pool
 // records the translation table.
-func (t *Tier) CreateTable(in *pool.Inode, rows uint64, dim uint32, dtype uint8, shardBytes int64) error {
+func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8, shardBytes int64) error {
 	if shardBytes <= 0 {
 		shardBytes = t.shardB
 	}
 	rb := uint64(dim) * uint64(format.DtypeSize(dtype))
 	if rb == 0 {
-		return fmt.Errorf("%w: dtype %d, dim %d", pool.ErrInvalid, dtype, dim)
+		return fmt.Errorf("%w: dtype %d, dim %d", core.ErrInvalid, dtype, dim)
 	}
 	shardRows := max(uint64(shardBytes)/rb, 1)
 	shardRows = max(shardRows, (rows+format.MaxTableShards-1)/format.MaxTableShards)
 	hdr, err := format.NewTableHeader(rows, dim, dtype, shardRows)
 	if err != nil {
-		return fmt.Errorf("%w: %v", pool.ErrInvalid, err)
+		return fmt.Errorf("%w: %v", core.ErrInvalid, err)
 	}
 	if len(t.att) == 0 {
 		return ErrNoTier
@@ -424,7 +424,7 @@ func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclud
 }
 
 // tableFreed returns a deleted table's shard space (pool hook).
-func (t *Tier) tableFreed(in *pool.Inode, hdr format.TableHeader, es []format.ShardEntry) {
+func (t *Tier) tableFreed(in *core.Inode, hdr format.TableHeader, es []format.ShardEntry) {
 	t.mu.Lock()
 	tb := t.tables[in.Ino]
 	if tb != nil && tb.in == in {

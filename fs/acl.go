@@ -3,13 +3,13 @@ package fs
 import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // POSIX ACLs (FUSE_POSIX_ACL): the kernel checks them and caches them,
 // and leaves to the daemon what a local file system does beside storing
-// them (pool/acl.go). Two things only the raw requests carry are handled
+// them (core/acl.go). Two things only the raw requests carry are handled
 // here, before go-fuse's bridge drops them:
 //
 //   - the umask. With FUSE_DONT_MASK the kernel sends the mode unmasked
@@ -25,7 +25,7 @@ const setxattrKillSGID = 1 << 30
 
 // isACLXattr reports whether name is one of the ACL xattrs.
 func isACLXattr(name string) bool {
-	return name == pool.XattrACLAccess || name == pool.XattrACLDefault
+	return name == core.XattrACLAccess || name == core.XattrACLDefault
 }
 
 // applyUmask masks *mode by umask unless the parent directory nodeid
@@ -33,7 +33,7 @@ func isACLXattr(name string) bool {
 // both a create and setting its ACL, so the answer cannot change before
 // the create reaches the pool.
 func (k *krefFS) applyUmask(nodeid uint64, mode *uint32, umask uint32) {
-	var dir *pool.Inode
+	var dir *core.Inode
 	if nodeid == fuse.FUSE_ROOT_ID {
 		dir = k.p.Root()
 	} else {
@@ -51,7 +51,7 @@ func (k *krefFS) applyUmask(nodeid uint64, mode *uint32, umask uint32) {
 
 func (k *krefFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	in.Flags &^= setxattrKillSGID
-	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 && attr == pool.XattrACLAccess {
+	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 && attr == core.XattrACLAccess {
 		in.Flags |= setxattrKillSGID
 	}
 	return k.RawFileSystem.SetXAttr(cancel, in, attr, data)

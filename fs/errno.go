@@ -4,33 +4,33 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/dnnfs/dnnfs/pool"
+	"github.com/dnnfs/dnnfs/core"
 )
 
 var errnos = []struct {
 	err   error
 	errno syscall.Errno
 }{
-	{pool.ErrNotFound, syscall.ENOENT},
-	{pool.ErrExist, syscall.EEXIST},
-	{pool.ErrNotEmpty, syscall.ENOTEMPTY},
-	{pool.ErrIsDir, syscall.EISDIR},
-	{pool.ErrNotDir, syscall.ENOTDIR},
-	{pool.ErrNameTooLong, syscall.ENAMETOOLONG},
-	{pool.ErrNoSpace, syscall.ENOSPC},
-	{pool.ErrInvalid, syscall.EINVAL},
-	{pool.ErrNoAttr, syscall.ENODATA},
-	{pool.ErrRange, syscall.ERANGE},
-	{pool.ErrTooBig, syscall.EFBIG},
-	{pool.ErrNotSupp, syscall.EOPNOTSUPP},
-	{pool.ErrPerm, syscall.EPERM},
-	{pool.ErrLoop, syscall.EMLINK},
-	{pool.ErrInterrupted, syscall.EINTR},
-	{pool.ErrBusy, syscall.EBUSY},
-	{pool.ErrValueTooBig, syscall.E2BIG},
-	{pool.ErrTable, syscall.EINVAL},
-	{pool.ErrIO, syscall.EIO},
-	{pool.ErrNoSuchOffset, syscall.ENXIO},
+	{core.ErrNotFound, syscall.ENOENT},
+	{core.ErrExist, syscall.EEXIST},
+	{core.ErrNotEmpty, syscall.ENOTEMPTY},
+	{core.ErrIsDir, syscall.EISDIR},
+	{core.ErrNotDir, syscall.ENOTDIR},
+	{core.ErrNameTooLong, syscall.ENAMETOOLONG},
+	{core.ErrNoSpace, syscall.ENOSPC},
+	{core.ErrInvalid, syscall.EINVAL},
+	{core.ErrNoAttr, syscall.ENODATA},
+	{core.ErrRange, syscall.ERANGE},
+	{core.ErrTooBig, syscall.EFBIG},
+	{core.ErrNotSupp, syscall.EOPNOTSUPP},
+	{core.ErrPerm, syscall.EPERM},
+	{core.ErrLoop, syscall.EMLINK},
+	{core.ErrInterrupted, syscall.EINTR},
+	{core.ErrBusy, syscall.EBUSY},
+	{core.ErrValueTooBig, syscall.E2BIG},
+	{core.ErrTable, syscall.EINVAL},
+	{core.ErrIO, syscall.EIO},
+	{core.ErrNoSuchOffset, syscall.ENXIO},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

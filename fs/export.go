@@ -7,8 +7,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // File handles (name_to_handle_at, open_by_handle_at, NFS export). The
@@ -32,7 +32,7 @@ func (n *node) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*
 	if id&lookupInoBit != 0 {
 		return nil, syscall.ESTALE
 	}
-	in := n.p.Inode(pool.Ino(id))
+	in := n.p.Inode(core.Ino(id))
 	if in == nil || in.Attr().Nlink == 0 {
 		return nil, syscall.ESTALE
 	}

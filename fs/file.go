@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/dnnfs/dnnfs/pool"
+	"github.com/dnnfs/dnnfs/core"
 )
 
 // handle is an open file.
@@ -18,7 +18,7 @@ type handle struct {
 	noAtime    bool // O_NOATIME
 }
 
-func (n *node) open(in *pool.Inode, flags uint32) (gofs.FileHandle, uint32) {
+func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	n.p.Opened(in)
 	h := &handle{appendMode: flags&syscall.O_APPEND != 0, noAtime: flags&syscall.O_NOATIME != 0}
 	if n.opts.ReadCache && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
@@ -46,7 +46,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // sliceResult hands slices of the pool mapping to go-fuse, which writes
 // them to the kernel with writev; Done releases the file's read lock
 // afterwards, so no writer changes the bytes while they are in flight.
-type sliceResult struct{ r *pool.ReadData }
+type sliceResult struct{ r *core.ReadData }
 
 func (s sliceResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 	if len(s.r.Slices) == 1 {

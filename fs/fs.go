@@ -1,5 +1,5 @@
 // Package fs is the FUSE face of a dnnfs pool: go-fuse node operations
-// translating POSIX requests into pool.FS calls. syscall.Errno appears
+// translating POSIX requests into core.FS calls. syscall.Errno appears
 // only here, at the boundary (errno.go maps pool errors).
 package fs
 
@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // Options configure the FUSE layer.
@@ -35,8 +35,8 @@ const maxWrite = 1 << 20
 // node is one inode as go-fuse sees it.
 type node struct {
 	gofs.Inode
-	p    *pool.FS
-	in   *pool.Inode
+	p    *core.FS
+	in   *core.Inode
 	opts *Options
 }
 
@@ -72,7 +72,7 @@ var (
 )
 
 // Root returns the root node for Mount.
-func Root(p *pool.FS, opts Options) gofs.InodeEmbedder {
+func Root(p *core.FS, opts Options) gofs.InodeEmbedder {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
@@ -114,14 +114,14 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 	}
 }
 
-func (n *node) child(ctx context.Context, in *pool.Inode, out *fuse.EntryOut) *gofs.Inode {
+func (n *node) child(ctx context.Context, in *core.Inode, out *fuse.EntryOut) *gofs.Inode {
 	a := in.Attr()
 	fillAttr(&a, &out.Attr)
 	nn := &node{p: n.p, in: in, opts: n.opts}
 	return n.NewInode(ctx, nn, gofs.StableAttr{Mode: a.Mode & format.ModeType, Ino: uint64(a.Ino), Gen: a.Gen})
 }
 
-func fillAttr(a *pool.Attr, out *fuse.Attr) {
+func fillAttr(a *core.Attr, out *fuse.Attr) {
 	out.Ino = uint64(a.Ino)
 	out.Mode = a.Mode
 	out.Nlink = a.Nlink
@@ -143,8 +143,8 @@ func caller(ctx context.Context) (uid, gid uint32) {
 // callerOf is the pool's view of a FUSE request: its context (ended on
 // FUSE_INTERRUPT), the calling thread's id and its fsuid/fsgid from the
 // request header.
-func callerOf(ctx context.Context) pool.Caller {
-	c := pool.Caller{Ctx: ctx}
+func callerOf(ctx context.Context) core.Caller {
+	c := core.Caller{Ctx: ctx}
 	if fc, ok := fuse.FromContext(ctx); ok {
 		c.TID, c.UID, c.GID = fc.Pid, fc.Uid, fc.Gid
 	}
@@ -153,7 +153,7 @@ func callerOf(ctx context.Context) pool.Caller {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	in, err := n.p.Lookup(n.in, name)
-	if errors.Is(err, pool.ErrNotFound) {
+	if errors.Is(err, core.ErrNotFound) {
 		if ch, ok := n.lookupChild(ctx, name, out); ok {
 			return ch, 0
 		}
@@ -203,7 +203,7 @@ func fillStatx(a *fuse.Attr, btime time.Time, out *fuse.Statx) {
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	var sa pool.SetAttr
+	var sa core.SetAttr
 	if m, ok := in.GetMode(); ok {
 		sa.Mode = &m
 	}
@@ -240,11 +240,11 @@ func (n *node) fail(op string, err error) syscall.Errno {
 	return e
 }
 
-func (n *node) create(ctx context.Context, name string, mode uint32, target string, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, *pool.Inode, syscall.Errno) {
+func (n *node) create(ctx context.Context, name string, mode uint32, target string, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, *core.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
-	var in *pool.Inode
+	var in *core.Inode
 	err := n.p.RetryNoSpace(func() (err error) {
-		in, err = n.p.Create(n.in, name, pool.NewInode{Mode: mode, UID: uid, GID: gid, Target: target, Rdev: rdev})
+		in, err = n.p.Create(n.in, name, core.NewInode{Mode: mode, UID: uid, GID: gid, Target: target, Rdev: rdev})
 		return err
 	})
 	if err != nil {
@@ -266,7 +266,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // linkat(2) through /proc/self/fd can name later.
 func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	uid, gid := caller(ctx)
-	in, err := n.p.CreateTmpfile(n.in, pool.NewInode{Mode: format.ModeReg | mode&format.ModePerm, UID: uid, GID: gid})
+	in, err := n.p.CreateTmpfile(n.in, core.NewInode{Mode: format.ModeReg | mode&format.ModePerm, UID: uid, GID: gid})
 	if err != nil {
 		return nil, nil, 0, n.fail("tmpfile", err)
 	}

@@ -11,25 +11,25 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 var errInjected = errors.New("injected write-back failure")
 
 // mountFaulty mounts, in this process, a pool whose medium fails flushes
 // on demand.
-func mountFaulty(t *testing.T) (dir string, p *pool.FS, f *pmem.Faulty) {
+func mountFaulty(t *testing.T) (dir string, p *core.FS, f *pmem.Faulty) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no FUSE: %v", err)
 	}
 	m := pmem.NewMemory(64 << 20)
-	if err := pool.Format(m, 0, 0); err != nil {
+	if err := core.Format(m, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	f = pmem.NewFaulty(m)
-	p, _, err := pool.Open(f, pool.Options{})
+	p, _, err := core.Open(f, core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func mountFaulty(t *testing.T) (dir string, p *pool.FS, f *pmem.Faulty) {
 
 // failData makes every flush of the pool's data region fail (the journal
 // and inode table keep working).
-func failData(p *pool.FS, f *pmem.Faulty) {
+func failData(p *core.FS, f *pmem.Faulty) {
 	start := int64(p.Superblock().DataStart.Off())
 	f.FailFlushRange(start, p.Medium().Size()-start, errInjected)
 }

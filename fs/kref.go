@@ -9,7 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
-	"github.com/dnnfs/dnnfs/pool"
+	"github.com/dnnfs/dnnfs/core"
 )
 
 // krefFS counts the kernel's references to each inode exactly as the
@@ -17,7 +17,7 @@ import (
 // CREATE, MKNOD, MKDIR, SYMLINK, LINK, TMPFILE, each READDIRPLUS entry)
 // adds one to that node ID's lookup count, and FORGET subtracts what the
 // kernel says it drops. The pool keeps an unlinked inode, its data and
-// its number, while any node ID of it is still counted (pool.KernelRef),
+// its number, while any node ID of it is still counted (core.KernelRef),
 // so an O_PATH descriptor, /proc/self/fd/N, a cwd or an mmap of a deleted
 // file keeps reading that file, never zeros, and its number is never
 // handed to a new file while the kernel may still name it.
@@ -29,7 +29,7 @@ import (
 // before the server sends it, so a FORGET can never arrive first.
 type krefFS struct {
 	fuse.RawFileSystem
-	p   *pool.FS
+	p   *core.FS
 	log *zap.Logger
 
 	mu    sync.Mutex
@@ -37,7 +37,7 @@ type krefFS struct {
 }
 
 type kref struct {
-	in      *pool.Inode
+	in      *core.Inode
 	nlookup uint64
 }
 
@@ -45,7 +45,7 @@ type kref struct {
 // counted into the pool and the umask applied (acl.go); pass it to
 // fuse.NewServer (Mount does). Every mount of MountOptions must use it:
 // they ask the kernel for FUSE_DONT_MASK.
-func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) fuse.RawFileSystem {
+func NewRawFS(root gofs.InodeEmbedder, p *core.FS, opts *gofs.Options, log *zap.Logger) fuse.RawFileSystem {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -54,7 +54,7 @@ func NewRawFS(root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.
 
 // Mount mounts the pool's root on dir and serves it; like gofs.Mount, but
 // with kernel references counted (NewRawFS).
-func Mount(dir string, root gofs.InodeEmbedder, p *pool.FS, opts *gofs.Options, log *zap.Logger) (*fuse.Server, error) {
+func Mount(dir string, root gofs.InodeEmbedder, p *core.FS, opts *gofs.Options, log *zap.Logger) (*fuse.Server, error) {
 	server, err := fuse.NewServer(NewRawFS(root, p, opts, log), dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (k *krefFS) ref(out *fuse.EntryOut) {
 	defer k.mu.Unlock()
 	r := k.nodes[out.NodeId]
 	if r == nil {
-		in := k.p.Inode(pool.Ino(out.Attr.Ino))
+		in := k.p.Inode(core.Ino(out.Attr.Ino))
 		if in == nil {
 			return // a virtual node (a table's .lookup file)
 		}
@@ -91,7 +91,7 @@ func (k *krefFS) Forget(nodeid, nlookup uint64) {
 	k.RawFileSystem.Forget(nodeid, nlookup)
 	k.mu.Lock()
 	r := k.nodes[nodeid]
-	var last *pool.Inode
+	var last *core.Inode
 	if r != nil {
 		r.nlookup -= min(nlookup, r.nlookup)
 		if r.nlookup == 0 {
@@ -114,7 +114,7 @@ func (k *krefFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name stri
 		// caches (export.go). An unlinked inode may still be known to
 		// go-fuse until its FORGET is served, which would answer for it:
 		// a deleted file's handle must give ESTALE instead.
-		if in := k.p.Inode(pool.Ino(header.NodeId)); in == nil || in.Attr().Nlink == 0 {
+		if in := k.p.Inode(core.Ino(header.NodeId)); in == nil || in.Attr().Nlink == 0 {
 			return fuse.Status(syscall.ESTALE)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
@@ -45,12 +45,12 @@ func mountPool(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Format(m, 0, 0); err != nil {
+	if err := core.Format(m, 0, 0); err != nil {
 		m.Close()
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t)
-	p, _, err := pool.Open(m, pool.Options{Log: log})
+	p, _, err := core.Open(m, core.Options{Log: log})
 	if err != nil {
 		m.Close()
 		t.Fatal(err)

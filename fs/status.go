@@ -11,8 +11,8 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/units"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/lock"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // Virtual extended attributes: computed on read, never stored, not listed.
@@ -98,7 +98,7 @@ type LocksJSON struct {
 	} `json:"stats"`
 }
 
-func locksJSON(p *pool.FS, in *pool.Inode) LocksJSON {
+func locksJSON(p *core.FS, in *core.Inode) LocksJSON {
 	run, wait, st := in.Locks()
 	conv := func(ls []lock.LockInfo) []LockJSON {
 		out := make([]LockJSON, 0, len(ls))
@@ -131,7 +131,7 @@ type StatusJSON struct {
 	Embedding *embedding.Status `json:"embedding,omitempty"`
 }
 
-func statusJSON(p *pool.FS, t *embedding.Tier) StatusJSON {
+func statusJSON(p *core.FS, t *embedding.Tier) StatusJSON {
 	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}}
 	if t != nil {
 		st := t.Status()

@@ -14,10 +14,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/units"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // Embedding tables through the mount: a table file's reads and writes go
@@ -252,7 +252,7 @@ func (n *node) migrate(value []byte) syscall.Errno {
 type lookupNode struct {
 	gofs.Inode
 	dir   *node
-	table *pool.Inode
+	table *core.Inode
 }
 
 var (

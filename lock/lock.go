@@ -23,10 +23,10 @@
 //
 // Lock order of dnnfs (outermost first):
 //
-//	pool.FS.nsMu      namespace changes
+//	core.FS.nsMu      namespace changes
 //	lock.File         a file's range locks (this package; held across the data copy)
 //	pool.Inode.mu     inode fields and indexes (never held while waiting for a range lock)
-//	pool.FS.imu       inode table
+//	core.FS.imu       inode table
 //	journal.Journal   one metadata transaction at a time
 //	pool allocator    free-block bitmap
 //

@@ -25,7 +25,7 @@ func isZero(b []byte) bool {
 }
 
 // maxFileBlocks bounds a file's block numbers: pool.MaxFileSize (1 PiB) in
-// blocks. recovery_test checks it against package pool.
+// blocks. recovery_test checks it against package core.
 const maxFileBlocks = (1 << 50) / format.BlockSize
 
 // Repair phases, applied lowest first with a re-check in between.

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // TestCrashImagesAreConsistent runs every kind of metadata operation on a
@@ -18,9 +18,9 @@ import (
 // persist ordering, fence by fence.
 func TestCrashImagesAreConsistent(t *testing.T) {
 	base := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(base, 0, 0))
+	must(t, core.Format(base, 0, 0))
 	rec := newRecorder(base.Bytes())
-	fs, _, err := pool.Open(rec, pool.Options{TailInterval: format.BlockSize})
+	fs, _, err := core.Open(rec, core.Options{TailInterval: format.BlockSize})
 	must(t, err)
 	marks := make([]string, rec.Fences()) // marks[k]: the operation running at fence k+1
 	for i := range marks {
@@ -34,25 +34,25 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		}
 	}
 	root := fs.Root()
-	var a, d, sub, frag *pool.Inode
-	step("create", func() { a = mustV[*pool.Inode](t)(fs.Create(root, "a", regMode)) })
+	var a, d, sub, frag *core.Inode
+	step("create", func() { a = mustV[*core.Inode](t)(fs.Create(root, "a", regMode)) })
 	step("write into holes", func() { mustV[int](t)(fs.Write(a, 0, pattern(3*format.BlockSize+5, 1), false)) })
 	step("overwrite", func() { mustV[int](t)(fs.Write(a, 10, pattern(100, 2), false)) })
 	step("fsync", func() { must(t, fs.Fsync(a)) })
-	step("mkdir", func() { d = mustV[*pool.Inode](t)(fs.Create(root, "d", dirMode)) })
-	step("mkdir sub", func() { sub = mustV[*pool.Inode](t)(fs.Create(d, "sub", dirMode)) })
+	step("mkdir", func() { d = mustV[*core.Inode](t)(fs.Create(root, "d", dirMode)) })
+	step("mkdir sub", func() { sub = mustV[*core.Inode](t)(fs.Create(d, "sub", dirMode)) })
 	step("symlink", func() {
-		mustV[*pool.Inode](t)(fs.Create(d, "ln", pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "../a"}))
+		mustV[*core.Inode](t)(fs.Create(d, "ln", core.NewInode{Mode: format.ModeLnk | 0o777, Target: "../a"}))
 	})
 	step("link", func() { must(t, fs.Link(a, sub, "a-link")) })
 	step("setxattr", func() { must(t, fs.Setxattr(a, "user.k", []byte("v"), 0)) })
 	step("setxattr grow", func() { must(t, fs.Setxattr(a, "user.big", make([]byte, 6000), 0)) })
 	step("removexattr", func() { must(t, fs.Removexattr(a, "user.k")) })
 	for i := 0; i < 16; i++ { // the directory grows a second block
-		step("create many", func() { mustV[*pool.Inode](t)(fs.Create(d, fmt.Sprintf("f%d", i), regMode)) })
+		step("create many", func() { mustV[*core.Inode](t)(fs.Create(d, fmt.Sprintf("f%d", i), regMode)) })
 	}
 	step("fragment", func() {
-		frag = mustV[*pool.Inode](t)(fs.Create(d, "frag", regMode))
+		frag = mustV[*core.Inode](t)(fs.Create(d, "frag", regMode))
 		for i := 0; i < 12; i++ { // an extent overflow block
 			mustV[int](t)(fs.Write(frag, int64(2*i)*format.BlockSize, pattern(10, byte(i)), false))
 		}
@@ -61,52 +61,52 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 	step("truncate up", func() { must(t, fs.Truncate(frag, 40*format.BlockSize)) })
 	step("fallocate", func() { must(t, fs.Fallocate(frag, 0, 30*format.BlockSize, 0)) })
 	step("punch", func() {
-		must(t, fs.Fallocate(frag, 3*format.BlockSize+7, 10*format.BlockSize, pool.FallocPunchHole|pool.FallocKeepSize))
+		must(t, fs.Fallocate(frag, 3*format.BlockSize+7, 10*format.BlockSize, core.FallocPunchHole|core.FallocKeepSize))
 	})
 	step("rename", func() { must(t, fs.Rename(d, "f3", root, "moved", 0)) })
 	step("rename replace", func() { must(t, fs.Rename(d, "f4", root, "moved", 0)) })
-	step("rename exchange", func() { must(t, fs.Rename(root, "a", d, "sub", pool.RenameExchange)) })
+	step("rename exchange", func() { must(t, fs.Rename(root, "a", d, "sub", core.RenameExchange)) })
 	step("rename dir", func() { must(t, fs.Rename(root, "a", d, "sub-back", 0)) }) // "a" is the directory now
 	step("unlink", func() { must(t, fs.Unlink(d, "f5")) })
 	step("unlink last link", func() { must(t, fs.Unlink(sub, "a-link")); must(t, fs.Unlink(d, "sub")) })
 	step("unlink open", func() {
-		f := mustV[*pool.Inode](t)(fs.Lookup(d, "f6"))
+		f := mustV[*core.Inode](t)(fs.Lookup(d, "f6"))
 		fs.Opened(f)
 		must(t, fs.Unlink(d, "f6"))
 		must(t, fs.Released(f))
 	})
 	step("mkdir+rmdir", func() {
-		mustV[*pool.Inode](t)(fs.Create(root, "tmp", dirMode))
+		mustV[*core.Inode](t)(fs.Create(root, "tmp", dirMode))
 		must(t, fs.Rmdir(root, "tmp"))
 	})
 	step("chmod", func() {
 		mode := uint32(0o600)
-		must(t, fs.Setattr(frag, pool.SetAttr{Mode: &mode}))
+		must(t, fs.Setattr(frag, core.SetAttr{Mode: &mode}))
 	})
-	var s1, s2 *pool.Inode
+	var s1, s2 *core.Inode
 	step("session start", func() {
-		s1 = mustV[*pool.Inode](t)(fs.Create(root, "s1", regMode))
+		s1 = mustV[*core.Inode](t)(fs.Create(root, "s1", regMode))
 		must(t, fs.StartSession(s1, 3, 12*format.BlockSize, format.SessionWrite))
 	})
 	step("session writes", func() {
 		for i := 0; i < 12; i++ { // every segment finishes: the session closes
-			mustV[int](t)(fs.WriteAs(pool.Caller{TID: uint32(100 + i/4)}, s1, int64(i)*format.BlockSize, pattern(format.BlockSize, byte(i)), false))
+			mustV[int](t)(fs.WriteAs(core.Caller{TID: uint32(100 + i/4)}, s1, int64(i)*format.BlockSize, pattern(format.BlockSize, byte(i)), false))
 		}
 	})
 	step("session left open", func() {
-		s2 = mustV[*pool.Inode](t)(fs.Create(root, "s2", regMode))
+		s2 = mustV[*core.Inode](t)(fs.Create(root, "s2", regMode))
 		must(t, fs.StartSession(s2, 2, 8*format.BlockSize, format.SessionWrite))
 		for i := 0; i < 3; i++ {
-			mustV[int](t)(fs.WriteAs(pool.Caller{TID: 7}, s2, int64(i)*format.BlockSize, pattern(format.BlockSize, 1), false))
+			mustV[int](t)(fs.WriteAs(core.Caller{TID: 7}, s2, int64(i)*format.BlockSize, pattern(format.BlockSize, 1), false))
 		}
 	})
 	step("truncate abandons a session", func() {
-		s3 := mustV[*pool.Inode](t)(fs.Create(root, "s3", regMode))
+		s3 := mustV[*core.Inode](t)(fs.Create(root, "s3", regMode))
 		must(t, fs.StartSession(s3, 2, 4*format.BlockSize, format.SessionWrite))
-		mustV[int](t)(fs.WriteAs(pool.Caller{TID: 8}, s3, 0, pattern(format.BlockSize, 3), false))
+		mustV[int](t)(fs.WriteAs(core.Caller{TID: 8}, s3, 0, pattern(format.BlockSize, 3), false))
 		must(t, fs.Truncate(s3, format.BlockSize))
 	})
-	var tab *pool.Inode
+	var tab *core.Inode
 	step("register SSD-tier device", func() {
 		mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
 	})
@@ -168,9 +168,9 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		}
 		// The mount code agrees.
 		copy(mounted, img)
-		pfs, _, err := pool.Open(mounted, pool.Options{})
+		pfs, _, err := core.Open(mounted, core.Options{})
 		if err != nil {
-			t.Errorf("crash after fence %d/%d (%s): Check is clean, pool.Open: %v", k, n, what, err)
+			t.Errorf("crash after fence %d/%d (%s): Check is clean, core.Open: %v", k, n, what, err)
 			continue
 		}
 		must(t, pfs.Close())

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 var le2 = binary.LittleEndian
@@ -36,8 +36,8 @@ var (
 // tables.
 func getSeeds(t testing.TB) []*fuzzSeed {
 	seedOnce.Do(func() {
-		plain := newSeed(t, "pool", func(fs *pool.FS) {})
-		tables := newSeed(t, "pool with tables", func(fs *pool.FS) {
+		plain := newSeed(t, "pool", func(fs *core.FS) {})
+		tables := newSeed(t, "pool with tables", func(fs *core.FS) {
 			mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
 			mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
 			t1 := makeTable(t, fs, "t1", 1000, 16, format.DtypeF32, 300,
@@ -55,18 +55,18 @@ func getSeeds(t testing.TB) []*fuzzSeed {
 	return seeds
 }
 
-func newSeed(t testing.TB, name string, extra func(fs *pool.FS)) *fuzzSeed {
+func newSeed(t testing.TB, name string, extra func(fs *core.FS)) *fuzzSeed {
 	m := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	populate(t, fs)
 	job, err := fs.Create(fs.Root(), "job", regMode)
 	must(t, err)
 	must(t, fs.StartSession(job, 3, 6*format.BlockSize, format.SessionWrite))
-	mustV[int](t)(fs.WriteAs(pool.Caller{TID: 9}, job, 0, pattern(100, 1), false))
-	mustV[*pool.Inode](t)(fs.Create(fs.Root(), "fifo", pool.NewInode{Mode: format.ModeFifo | 0o644}))
-	mustV[*pool.Inode](t)(fs.Create(fs.Root(), "dev", pool.NewInode{Mode: format.ModeBlk | 0o600, Rdev: 8<<8 | 1}))
+	mustV[int](t)(fs.WriteAs(core.Caller{TID: 9}, job, 0, pattern(100, 1), false))
+	mustV[*core.Inode](t)(fs.Create(fs.Root(), "fifo", core.NewInode{Mode: format.ModeFifo | 0o644}))
+	mustV[*core.Inode](t)(fs.Create(fs.Root(), "dev", core.NewInode{Mode: format.ModeBlk | 0o600, Rdev: 8<<8 | 1}))
 	extra(fs)
 	must(t, fs.Close())
 	a, err := analyze(m, false)
@@ -288,9 +288,9 @@ func (s *fuzzSeed) fuzz(t *testing.T, ops []byte) {
 	if err != nil || !after.Clean() {
 		t.Fatalf("%s: Check after Repair: %v%s", s.name, err, problems(after))
 	}
-	fs, _, err := pool.Open(m, pool.Options{})
+	fs, _, err := core.Open(m, core.Options{})
 	if err != nil {
-		t.Fatalf("%s: pool.Open after Repair (Check is clean): %v\nrepaired: %q\nbefore:%s", s.name, err, rr.Repaired, problems(r))
+		t.Fatalf("%s: core.Open after Repair (Check is clean): %v\nrepaired: %q\nbefore:%s", s.name, err, rr.Repaired, problems(r))
 	}
 	must(t, fs.Close())
 }

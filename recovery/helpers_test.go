@@ -7,16 +7,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 const testPoolSize = 8 << 20
 
 var (
-	regMode = pool.NewInode{Mode: format.ModeReg | 0o644, UID: 1000, GID: 1000}
-	dirMode = pool.NewInode{Mode: format.ModeDir | 0o755, UID: 1000, GID: 1000}
+	regMode = core.NewInode{Mode: format.ModeReg | 0o644, UID: 1000, GID: 1000}
+	dirMode = core.NewInode{Mode: format.ModeDir | 0o755, UID: 1000, GID: 1000}
 )
 
 // sample describes the files buildPool made.
@@ -56,10 +56,10 @@ func pattern(n int, seed byte) []byte {
 //	/link           symlink -> a
 //	/renamed        was /dir/f20
 //	/sparse         1 MiB hole then a block, fallocated tail (KEEP_SIZE)
-func populate(t testing.TB, fs *pool.FS) *sample {
+func populate(t testing.TB, fs *core.FS) *sample {
 	s := &sample{ino: map[string]format.Ino{}}
 	root := fs.Root()
-	create := func(dir *pool.Inode, name, path string, ni pool.NewInode) *pool.Inode {
+	create := func(dir *core.Inode, name, path string, ni core.NewInode) *core.Inode {
 		in, err := fs.Create(dir, name, ni)
 		must(t, err)
 		s.ino[path] = in.Ino
@@ -82,10 +82,10 @@ func populate(t testing.TB, fs *pool.FS) *sample {
 	for i := 0; i < 24; i++ {
 		mustV[int](t)(fs.Write(frag, int64(2*i)*format.BlockSize, pattern(format.BlockSize, byte(i)), false))
 	}
-	create(root, "link", "/link", pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "a"})
+	create(root, "link", "/link", core.NewInode{Mode: format.ModeLnk | 0o777, Target: "a"})
 	sp := create(root, "sparse", "/sparse", regMode)
 	mustV[int](t)(fs.Write(sp, 1<<20, pattern(100, 9), false))
-	must(t, fs.Fallocate(sp, 2<<20, 3*format.BlockSize, pool.FallocKeepSize))
+	must(t, fs.Fallocate(sp, 2<<20, 3*format.BlockSize, core.FallocKeepSize))
 	return s
 }
 
@@ -100,8 +100,8 @@ var (
 func buildPool(t testing.TB) (pmem.Medium, *sample) {
 	builtOnce.Do(func() {
 		m := pmem.NewMemory(testPoolSize)
-		must(t, pool.Format(m, 1000, 1000))
-		fs, _, err := pool.Open(m, pool.Options{})
+		must(t, core.Format(m, 1000, 1000))
+		fs, _, err := core.Open(m, core.Options{})
 		must(t, err)
 		s := populate(t, fs)
 		must(t, fs.Close())
@@ -185,9 +185,9 @@ func repairClean(t testing.TB, m pmem.Medium) *Report {
 func requireMount(t testing.TB, m pmem.Medium) {
 	t.Helper()
 	c := clone(m)
-	fs, _, err := pool.Open(c, pool.Options{})
+	fs, _, err := core.Open(c, core.Options{})
 	if err != nil {
-		t.Fatalf("pool.Open of a pool Check calls clean: %v", err)
+		t.Fatalf("core.Open of a pool Check calls clean: %v", err)
 	}
 	must(t, fs.Close())
 }
@@ -258,9 +258,9 @@ func putDirent(m pmem.Medium, off format.Off, de format.Dirent) {
 }
 
 // mountLookup mounts a copy and resolves path.
-func mountLookup(t testing.TB, m pmem.Medium, path string) (*pool.FS, *pool.Inode) {
+func mountLookup(t testing.TB, m pmem.Medium, path string) (*core.FS, *core.Inode) {
 	t.Helper()
-	fs, _, err := pool.Open(clone(m), pool.Options{})
+	fs, _, err := core.Open(clone(m), core.Options{})
 	must(t, err)
 	in := fs.Root()
 	for _, name := range strings.Split(strings.Trim(path, "/"), "/") {

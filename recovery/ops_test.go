@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // checkMounted checks the media of a mounted pool (every operation is a
@@ -40,13 +40,13 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 	for seedN := 1; seedN <= seeds; seedN++ {
 		r := rand.New(rand.NewPCG(uint64(seedN), 99))
 		m := pmem.NewMemory(4 << 20)
-		must(t, pool.Format(m, 0, 0))
-		fs, _, err := pool.Open(m, pool.Options{})
+		must(t, core.Format(m, 0, 0))
+		fs, _, err := core.Open(m, core.Options{})
 		must(t, err)
-		dirs := []*pool.Inode{fs.Root()}
-		var open []*pool.Inode
+		dirs := []*core.Inode{fs.Root()}
+		var open []*core.Inode
 		name := func() string { return fmt.Sprintf("n%d", r.IntN(12)) }
-		lookup := func(d *pool.Inode, reg bool) *pool.Inode {
+		lookup := func(d *core.Inode, reg bool) *core.Inode {
 			in, err := fs.Lookup(d, name())
 			if err != nil || (reg && in.Mode()&format.ModeType != format.ModeReg) {
 				return nil
@@ -83,7 +83,7 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 				desc = fmt.Sprintf("rename %d/%s -> %d/%s flags %d: %v", d.Ino, n1, d2.Ino, n2, fl, fs.Rename(d, n1, d2, n2, fl))
 			case 7:
 				d2 := dirs[r.IntN(len(dirs))]
-				// Not into a removed directory: pool.Link does not check
+				// Not into a removed directory: core.Link does not check
 				// for one and would write the dead directory's inode over
 				// its reused slot.
 				if in := lookup(d, false); in != nil && !in.IsDir() && d2.Attr().Nlink > 0 {
@@ -100,12 +100,12 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 				}
 			case 10:
 				if in := lookup(d, true); in != nil {
-					mode := uint32(r.IntN(2) * (pool.FallocPunchHole | pool.FallocKeepSize))
+					mode := uint32(r.IntN(2) * (core.FallocPunchHole | core.FallocKeepSize))
 					desc = fmt.Sprintf("fallocate %d mode %d: %v", in.Ino, mode, fs.Fallocate(in, uint64(r.IntN(30000)), uint64(r.IntN(30000)+1), mode))
 				}
 			case 11:
 				n := name()
-				_, err := fs.Create(d, n, pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "t"})
+				_, err := fs.Create(d, n, core.NewInode{Mode: format.ModeLnk | 0o777, Target: "t"})
 				desc = fmt.Sprintf("symlink %d/%s: %v", d.Ino, n, err)
 			case 12:
 				if in := lookup(d, false); in != nil && !in.IsDir() {
@@ -132,8 +132,8 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 // fails for want of space must leave the media as they were.
 func TestNoSpaceKeepsPoolConsistent(t *testing.T) {
 	m := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	d, err := fs.Create(fs.Root(), "d", dirMode)
 	must(t, err)
@@ -151,7 +151,7 @@ func TestNoSpaceKeepsPoolConsistent(t *testing.T) {
 		_, err = fs.Write(f, 0, pattern(3*format.BlockSize, byte(i)), false)
 		count(err)
 		count(fs.Setxattr(f, "user.v", make([]byte, 100+i*20), 0))
-		_, err = fs.Create(d, fmt.Sprintf("l%03d", i), pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "x"})
+		_, err = fs.Create(d, fmt.Sprintf("l%03d", i), core.NewInode{Mode: format.ModeLnk | 0o777, Target: "x"})
 		count(err)
 		_, err = fs.Create(d, fmt.Sprintf("d%03d", i), dirMode)
 		count(err)

@@ -2,9 +2,9 @@
 //
 // The checker is independent of the mount code: it decodes the media with
 // the codecs of package format only and re-derives every invariant the
-// file system relies on (see FORMAT.md), so a bug in package pool that
+// file system relies on (see FORMAT.md), so a bug in package core that
 // writes a bad structure is caught here rather than trusted. It never
-// calls pool.Open.
+// calls core.Open.
 //
 // Check never stores into the medium: a committed journal transaction is
 // replayed into an in-memory overlay that every read goes through, so it

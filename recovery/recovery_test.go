@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 func TestMaxFileBlocksMatchesPool(t *testing.T) {
-	if maxFileBlocks*format.BlockSize != pool.MaxFileSize {
-		t.Fatalf("maxFileBlocks %d does not match pool.MaxFileSize %d", maxFileBlocks, pool.MaxFileSize)
+	if maxFileBlocks*format.BlockSize != core.MaxFileSize {
+		t.Fatalf("maxFileBlocks %d does not match core.MaxFileSize %d", maxFileBlocks, core.MaxFileSize)
 	}
 }
 
@@ -31,7 +31,7 @@ func TestProblemString(t *testing.T) {
 
 func TestFreshPoolIsClean(t *testing.T) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
+	must(t, core.Format(m, 0, 0))
 	r := requireClean(t, m)
 	sb := superOf(t, m)
 	if r.Inodes != 1 || r.Dirs != 1 || r.UsedBlocks != 0 || r.FreeBlocks != sb.Blocks-uint64(sb.DataStart) {
@@ -50,7 +50,7 @@ func TestPopulatedPoolIsClean(t *testing.T) {
 	if r.Dirs != 4 || r.Symlinks != 1 || r.Files != r.Inodes-5 {
 		t.Errorf("report %+v", r)
 	}
-	fs, _, err := pool.Open(clone(m), pool.Options{})
+	fs, _, err := core.Open(clone(m), core.Options{})
 	must(t, err)
 	st := fs.Statfs()
 	if st.Blocks-st.Free != r.UsedBlocks {
@@ -118,8 +118,8 @@ func TestReplicaSuperblock(t *testing.T) {
 
 func TestOrphan(t *testing.T) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	f, err := fs.Create(fs.Root(), "open", regMode)
 	must(t, err)
@@ -187,7 +187,7 @@ func TestUnreachableGoesToLostFound(t *testing.T) {
 	must(t, fs.Close())
 }
 
-func mustLookup(t testing.TB, fs *pool.FS, path string) *pool.Inode {
+func mustLookup(t testing.TB, fs *core.FS, path string) *core.Inode {
 	t.Helper()
 	in := fs.Root()
 	for _, name := range strings.Split(strings.Trim(path, "/"), "/") {
@@ -201,8 +201,8 @@ func mustLookup(t testing.TB, fs *pool.FS, path string) *pool.Inode {
 func TestManyUnreachable(t *testing.T) {
 	// More than one batch, more than one lost+found block and extent.
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	d, err := fs.Create(fs.Root(), "d", dirMode)
 	must(t, err)
@@ -493,13 +493,13 @@ func TestJournalReplayedInMemory(t *testing.T) {
 
 func TestSessionDamaged(t *testing.T) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	f, err := fs.Create(fs.Root(), "job", regMode)
 	must(t, err)
 	must(t, fs.StartSession(f, 4, 16*format.BlockSize, format.SessionWrite))
-	mustV[int](t)(fs.WriteAs(pool.Caller{TID: 5}, f, 0, pattern(format.BlockSize, 1), false))
+	mustV[int](t)(fs.WriteAs(core.Caller{TID: 5}, f, 0, pattern(format.BlockSize, 1), false))
 	must(t, fs.Close())
 	r := requireClean(t, m) // an open session is legitimate
 	d, _ := getInode(t, m, f.Ino)
@@ -529,8 +529,8 @@ func TestSessionDamaged(t *testing.T) {
 	// The F_log's blocks are claimed by another file's extent too: the
 	// session, not the data, gives way.
 	m = pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err = pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err = core.Open(m, core.Options{})
 	must(t, err)
 	f, err = fs.Create(fs.Root(), "job", regMode)
 	must(t, err)
@@ -552,7 +552,7 @@ func TestSessionDamaged(t *testing.T) {
 func TestLostFoundNameTaken(t *testing.T) {
 	m, s := buildPool(t)
 	// A regular file already holds the name.
-	fs, _, err := pool.Open(m, pool.Options{})
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	_, err = fs.Create(fs.Root(), "lost+found", regMode)
 	must(t, err)
@@ -602,7 +602,7 @@ func TestRepairIsCrashSafe(t *testing.T) {
 		if err != nil || !rr.Clean() {
 			t.Fatalf("crash after fence %d/%d of Repair, then Repair: %v%s", k, n, err, problems(rr))
 		}
-		fs, _, err := pool.Open(img, pool.Options{})
+		fs, _, err := core.Open(img, core.Options{})
 		if err != nil {
 			t.Fatalf("crash after fence %d/%d of Repair, Repair again, mount: %v", k, n, err)
 		}

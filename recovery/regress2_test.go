@@ -3,28 +3,28 @@ package recovery
 import (
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 func TestReproLinkIntoRemovedDir(t *testing.T) {
 	m := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	root := fs.Root()
-	d := mustV[*pool.Inode](t)(fs.Create(root, "d", dirMode))
-	f := mustV[*pool.Inode](t)(fs.Create(root, "f", regMode))
+	d := mustV[*core.Inode](t)(fs.Create(root, "d", dirMode))
+	f := mustV[*core.Inode](t)(fs.Create(root, "f", regMode))
 	must(t, fs.Rmdir(root, "d"))
-	s := mustV[*pool.Inode](t)(fs.Create(root, "s", pool.NewInode{Mode: format.ModeLnk | 0o777, Target: "f"}))
+	s := mustV[*core.Inode](t)(fs.Create(root, "s", core.NewInode{Mode: format.ModeLnk | 0o777, Target: "f"}))
 	t.Logf("removed dir %d, new symlink %d", d.Ino, s.Ino)
 	t.Logf("Link into the removed directory: %v", fs.Link(f, d, "x"))
 	for _, p := range check(t, m).Problems {
 		t.Log(p)
 	}
 	must(t, fs.Close())
-	if _, _, err := pool.Open(m, pool.Options{}); err != nil {
+	if _, _, err := core.Open(m, core.Options{}); err != nil {
 		t.Fatalf("remount: %v", err)
 	}
 }

@@ -3,23 +3,23 @@ package recovery
 import (
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // Fresh blocks partly covered by a write: their zeroed parts must be
 // durable before the transaction that maps them.
 func TestReproStaleBytesAfterCrash(t *testing.T) {
 	base := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(base, 0, 0))
+	must(t, core.Format(base, 0, 0))
 	sb := superOf(t, base)
 	b := base.Bytes()
 	for i := sb.DataStart.Off(); i < format.Off(len(b)); i++ {
 		b[i] = 0xAA // a freed file's old data
 	}
 	rec := pmem.NewRecorder(b)
-	fs, _, err := pool.Open(rec, pool.Options{})
+	fs, _, err := core.Open(rec, core.Options{})
 	must(t, err)
 	f, err := fs.Create(fs.Root(), "f", regMode)
 	must(t, err)
@@ -37,8 +37,8 @@ func TestReproStaleBytesAfterCrash(t *testing.T) {
 
 func TestReproXattrSpuriousENOSPC(t *testing.T) {
 	m := pmem.NewMemory(4 << 20)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	root := fs.Root()
 	must(t, fs.Setxattr(root, "user.x", []byte("1"), 0)) // xattr region at the first data block

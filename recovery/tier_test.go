@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // makeTable turns a new file into an embedding table through the pool API.
-func makeTable(t testing.TB, fs *pool.FS, name string, rows uint64, dim uint32, dt uint8, shardRows uint64, shards []format.ShardEntry) *pool.Inode {
+func makeTable(t testing.TB, fs *core.FS, name string, rows uint64, dim uint32, dt uint8, shardRows uint64, shards []format.ShardEntry) *core.Inode {
 	t.Helper()
-	in := mustV[*pool.Inode](t)(fs.Create(fs.Root(), name, regMode))
+	in := mustV[*core.Inode](t)(fs.Create(fs.Root(), name, regMode))
 	hdr, err := format.NewTableHeader(rows, dim, dt, shardRows)
 	must(t, err)
 	must(t, fs.CreateTable(in, hdr, shards))
@@ -30,8 +30,8 @@ func makeTable(t testing.TB, fs *pool.FS, name string, rows uint64, dim uint32, 
 //	/plain  a regular file with 2 blocks of data
 func tablePool(t testing.TB) (pmem.Medium, map[string]format.Ino) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
 	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
@@ -42,7 +42,7 @@ func tablePool(t testing.TB) (pmem.Medium, map[string]format.Ino) {
 	ino["/t1"] = t1.Ino
 	ino["/t2"] = makeTable(t, fs, "t2", 100, 8, format.DtypeF16, 64,
 		[]format.ShardEntry{{Dev: 1, Off: 4 << 20}, {Dev: 2, Off: 4 << 20}}).Ino
-	plain := mustV[*pool.Inode](t)(fs.Create(fs.Root(), "plain", regMode))
+	plain := mustV[*core.Inode](t)(fs.Create(fs.Root(), "plain", regMode))
 	mustV[int](t)(fs.Write(plain, 0, pattern(5000, 4), false))
 	ino["/plain"] = plain.Ino
 	must(t, fs.Close())
@@ -73,7 +73,7 @@ func TestTablesAreClean(t *testing.T) {
 	if r.Tables != 2 || r.TierDevices != 2 {
 		t.Fatalf("report: %d tables, %d devices", r.Tables, r.TierDevices)
 	}
-	fs, _, err := pool.Open(clone(m), pool.Options{})
+	fs, _, err := core.Open(clone(m), core.Options{})
 	must(t, err)
 	st := fs.Statfs()
 	if st.Blocks-st.Free != r.UsedBlocks {
@@ -94,8 +94,8 @@ func TestTablesAreClean(t *testing.T) {
 
 func TestTierRegistryAloneIsClean(t *testing.T) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{7}, Path: "/ssd/x"}))
 	must(t, fs.Close())
@@ -158,7 +158,7 @@ func TestShardOverlapAcrossTables(t *testing.T) {
 
 func TestShardOverlapLowerTableDamaged(t *testing.T) {
 	m, ino := tablePool(t)
-	fs, _, err := pool.Open(m, pool.Options{})
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	// Inside t1's shard 1 on device 2.
 	t3 := makeTable(t, fs, "t3", 10, 4, format.DtypeF32, 10, []format.ShardEntry{{Dev: 2, Off: 3 * format.BlockSize}})
@@ -182,7 +182,7 @@ func TestShardOverlapLowerTableDamaged(t *testing.T) {
 
 func TestShardOverlapReplicaAndOwn(t *testing.T) {
 	m, ino := tablePool(t)
-	fs, _, err := pool.Open(m, pool.Options{})
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	// t3's shard 1 has a replica on device 1 over its own shard 0.
 	t3 := makeTable(t, fs, "t3", 20, 4, format.DtypeF32, 10,
@@ -340,7 +340,7 @@ func TestTierRepairIsCrashSafe(t *testing.T) {
 		if err != nil || !rr.Clean() {
 			t.Fatalf("crash after fence %d/%d of Repair, then Repair: %v%s", k, n, err, problems(rr))
 		}
-		fs, _, err := pool.Open(img, pool.Options{})
+		fs, _, err := core.Open(img, core.Options{})
 		if err != nil {
 			t.Fatalf("crash after fence %d/%d of Repair, Repair again, mount: %v", k, n, err)
 		}

@@ -4,17 +4,17 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // specialPool is a clean pool holding one node of every special type and
 // an O_TMPFILE-style file that was given a name.
 func specialPool(t *testing.T) (pmem.Medium, map[string]format.Ino) {
 	m := pmem.NewMemory(testPoolSize)
-	must(t, pool.Format(m, 0, 0))
-	fs, _, err := pool.Open(m, pool.Options{})
+	must(t, core.Format(m, 0, 0))
+	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
 	ino := map[string]format.Ino{}
 	for _, c := range []struct {
@@ -27,11 +27,11 @@ func specialPool(t *testing.T) (pmem.Medium, map[string]format.Ino) {
 		{"null", format.ModeChr | 0o666, 1<<8 | 3},
 		{"loop", format.ModeBlk | 0o600, 7<<8 | 200},
 	} {
-		in, err := fs.Create(fs.Root(), c.name, pool.NewInode{Mode: c.mode, Rdev: c.rdev})
+		in, err := fs.Create(fs.Root(), c.name, core.NewInode{Mode: c.mode, Rdev: c.rdev})
 		must(t, err)
 		ino[c.name] = in.Ino
 	}
-	tmp, err := fs.CreateTmpfile(fs.Root(), pool.NewInode{Mode: format.ModeReg | 0o600})
+	tmp, err := fs.CreateTmpfile(fs.Root(), core.NewInode{Mode: format.ModeReg | 0o600})
 	must(t, err)
 	fs.Opened(tmp)
 	mustV[int](t)(fs.Write(tmp, 0, pattern(5000, 3), false))

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
@@ -47,7 +47,7 @@ func runFsck(args []string) error {
 	rep, err := check(m)
 	if err != nil {
 		if errors.Is(err, recovery.ErrNotPool) {
-			err = fmt.Errorf("%s: %w", *poolPath, pool.ErrNotPool)
+			err = fmt.Errorf("%s: %w", *poolPath, core.ErrNotPool)
 		}
 		return exitError{2, err.Error()}
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 func runMkfs(args []string) error {
@@ -61,7 +61,7 @@ func formatPool(path string) error {
 		return err
 	}
 	defer m.Close()
-	if err := pool.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
+	if err := core.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
 		if errors.Is(err, pmem.ErrTooSmall) {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -77,6 +77,6 @@ func formatPool(path string) error {
 }
 
 func mustSB(m pmem.Medium) format.Superblock {
-	sb, _, _ := pool.ReadSuperblock(m)
+	sb, _, _ := core.ReadSuperblock(m)
 	return sb
 }

@@ -17,10 +17,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 func newLogger(level, format string) (*zap.Logger, error) {
@@ -94,11 +94,11 @@ func runMount(args []string) error {
 	if fl.NArg() != 1 {
 		return usageError{"want exactly one MOUNTPOINT argument"}
 	}
-	lockMode, err := pool.ParseLockMode(*lockFlag)
+	lockMode, err := core.ParseLockMode(*lockFlag)
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	atimeMode, err := pool.ParseAtimeMode(*atimeFlag)
+	atimeMode, err := core.ParseAtimeMode(*atimeFlag)
 	if err != nil {
 		return usageError{"--atime: " + err.Error()}
 	}
@@ -163,7 +163,7 @@ func runMount(args []string) error {
 	}
 
 	// A mount that fails leaves the pool as it was (unless it needed
-	// recovery, which pool.Open persists): nothing is written until the
+	// recovery, which core.Open persists): nothing is written until the
 	// FUSE mount exists, and then the pool is stamped mounted and new SSD
 	// directories are registered before the first request is served.
 	m, err := pmem.Open(*poolPath)
@@ -172,7 +172,7 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := pool.Open(m, pool.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true})
+	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
@@ -224,9 +224,9 @@ func runMount(args []string) error {
 	// The atime mode shows in mountinfo like a local file system's (the
 	// kernel itself updates no atime on FUSE: the pool applies the rule).
 	switch atimeMode {
-	case pool.AtimeNever:
+	case core.AtimeNever:
 		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME
-	case pool.AtimeStrict:
+	case core.AtimeStrict:
 		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_STRICTATIME
 	}
 	if os.Geteuid() != 0 {

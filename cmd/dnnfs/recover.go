@@ -10,15 +10,15 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // recoverSession is one open session in `dnnfs recover` output.
 type recoverSession struct {
 	Path string `json:"path"`
 	Ino  uint64 `json:"ino"`
-	pool.SessionInfo
+	core.SessionInfo
 	Remaining uint64 `json:"remaining"` // bytes the job still has to do
 }
 
@@ -101,7 +101,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 		}
 		return recoverReport{}, nil, err
 	}
-	p, rep, err := pool.Open(m, pool.Options{})
+	p, rep, err := core.Open(m, core.Options{})
 	if err != nil {
 		m.Close()
 		return recoverReport{}, nil, fmt.Errorf("%s: %w", poolPath, err)
@@ -112,7 +112,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 		// Resolve every FILE before changing anything: a typo changes nothing.
 		type action struct {
 			name   string
-			in     *pool.Inode
+			in     *core.Inode
 			finish bool
 		}
 		var todo []action
@@ -174,7 +174,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 }
 
 // resolve walks name ("/a/b") from the root.
-func resolve(p *pool.FS, name string) (*pool.Inode, error) {
+func resolve(p *core.FS, name string) (*core.Inode, error) {
 	in := p.Root()
 	for _, el := range strings.Split(strings.Trim(name, "/"), "/") {
 		if el == "" {
@@ -187,12 +187,12 @@ func resolve(p *pool.FS, name string) (*pool.Inode, error) {
 		in = next
 	}
 	if in.IsDir() {
-		return nil, pool.ErrIsDir
+		return nil, core.ErrIsDir
 	}
 	return in, nil
 }
 
-func openSessions(p *pool.FS) []recoverSession {
+func openSessions(p *core.FS) []recoverSession {
 	out := []recoverSession{}
 	for _, in := range p.Inodes() {
 		info, ok := p.Session(in)

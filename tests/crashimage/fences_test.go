@@ -1,7 +1,7 @@
 // Package crashimage_test checks crash consistency at every fence: the
 // operations run in process on a pmem.Recorder, and for each fence k the
 // image a machine crash right after fence k would leave (unflushed stores
-// lost) is opened with pool.Open and compared with the logical state after
+// lost) is opened with core.Open and compared with the logical state after
 // the operations that had returned by then (README "Durability contract").
 package crashimage_test
 
@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // recoveryCheck runs the independent checker (package recovery) on a crash
@@ -47,13 +47,13 @@ func mainScript(s *script) {
 	for i := int64(0); i < 6; i++ { // six separate extents: overflow block
 		s.write("/a/g", i*2*bs+17, 3000, 10+uint64(i))
 	}
-	s.setxattr("/a/g", "user.small", []byte("twenty bytes of text"), pool.XattrCreate, nil)
+	s.setxattr("/a/g", "user.small", []byte("twenty bytes of text"), core.XattrCreate, nil)
 	s.setxattr("/a/g", "user.big", pattern(20, 6000), 0, nil)                          // region grows: moves
-	s.setxattr("/a/g", "user.small", []byte("replaced value"), pool.XattrReplace, nil) // same size: in place
-	s.setxattr("/a/g", "user.small", []byte("x"), pool.XattrCreate, pool.ErrExist)     // refused
+	s.setxattr("/a/g", "user.small", []byte("replaced value"), core.XattrReplace, nil) // same size: in place
+	s.setxattr("/a/g", "user.small", []byte("x"), core.XattrCreate, core.ErrExist)     // refused
 	s.removexattr("/a/g", "user.big")                                                  // region shrinks: moves
 	s.link("/a/g", "/a/b/g2", nil)
-	s.link("/a/g", "/a/b/g2", pool.ErrExist)
+	s.link("/a/g", "/a/b/g2", core.ErrExist)
 	s.rename("/f1", "/a/b/f1", 0, nil) // across directories
 	s.create("/a/b/f3", 0o644)
 	s.write("/a/b/f3", 0, 5000, 30)
@@ -62,12 +62,12 @@ func mainScript(s *script) {
 	s.truncate("/a/b/f1", 1000)            // shrink: frees blocks, zero tail after commit
 	s.truncate("/a/b/f1", 9000)            // grow: zeros
 	s.fallocate("/a/b/f1", 0, 8*bs, 0)     // allocate and extend
-	s.fallocate("/a/b/f1", 10*bs, 2*bs, pool.FallocKeepSize)
+	s.fallocate("/a/b/f1", 10*bs, 2*bs, core.FallocKeepSize)
 	s.write("/a/b/f1", 1000, 1000, 32)                                              // overwrite: unsure
 	s.write("/a/b/f1", 5*bs+10, 100, 33)                                            // into unwritten blocks: converts them
-	s.fallocate("/a/b/f1", 100, 200, pool.FallocPunchHole|pool.FallocKeepSize)      // inside one block
-	s.fallocate("/a/b/f1", 3*bs, 2*bs, pool.FallocPunchHole|pool.FallocKeepSize)    // whole blocks
-	s.fallocate("/a/b/f1", 500, 2*bs+100, pool.FallocPunchHole|pool.FallocKeepSize) // partial + whole
+	s.fallocate("/a/b/f1", 100, 200, core.FallocPunchHole|core.FallocKeepSize)      // inside one block
+	s.fallocate("/a/b/f1", 3*bs, 2*bs, core.FallocPunchHole|core.FallocKeepSize)    // whole blocks
+	s.fallocate("/a/b/f1", 500, 2*bs+100, core.FallocPunchHole|core.FallocKeepSize) // partial + whole
 	s.fsync("/a/b/f1")
 	for i := 0; i < 16; i++ { // the directory grows past one block of 15 slots
 		s.create(fmt.Sprintf("/a/b/e%02d", i), 0o644)
@@ -77,10 +77,10 @@ func mainScript(s *script) {
 	s.mkdir("/d")
 	s.mkdir("/c/sub")
 	s.create("/c/sub/x", 0o644)
-	s.rename("/d", "/c/sub", 0, pool.ErrNotEmpty)
+	s.rename("/d", "/c/sub", 0, core.ErrNotEmpty)
 	s.unlink("/c/sub/x")
 	s.rename("/c/sub", "/d", 0, nil) // a directory replaces an empty directory
-	s.rmdir("/c", pool.ErrNotEmpty)
+	s.rmdir("/c", core.ErrNotEmpty)
 	for i := 0; i < 15; i += 2 {
 		s.unlink(fmt.Sprintf("/c/e%02d", i))
 	}
@@ -88,10 +88,10 @@ func mainScript(s *script) {
 	s.symlink("/c/lnk", "../a/g")
 	s.chmod("/c/f1", 0o600)
 	s.utimens("/c/f1")
-	s.rename("/c/f1", "/c/g2", pool.RenameExchange, nil)
-	s.rename("/c/lnk", "/d/lnk", pool.RenameNoReplace, nil)
+	s.rename("/c/f1", "/c/g2", core.RenameExchange, nil)
+	s.rename("/c/lnk", "/d/lnk", core.RenameNoReplace, nil)
 	s.unlink("/a/g") // g2 keeps the inode: nlink 2 -> 1
-	s.rmdir("/d", pool.ErrNotEmpty)
+	s.rmdir("/d", core.ErrNotEmpty)
 	s.unlink("/d/lnk")
 	s.rmdir("/d", nil)
 
@@ -113,7 +113,7 @@ func mainScript(s *script) {
 	s.truncate("/c/f1", 5000) // six extents down to two: the overflow block is freed
 	s.setxattr("/c", "user.dir", []byte("on a directory"), 0, nil)
 	s.mkdir("/c/sub2")
-	s.rename("/c", "/c/sub2/x", 0, pool.ErrInvalid) // into itself
+	s.rename("/c", "/c/sub2/x", 0, core.ErrInvalid) // into itself
 	s.rmdir("/c/sub2", nil)
 
 	// A directory exactly one block full grows by rename, link and mkdir.
@@ -130,16 +130,16 @@ func mainScript(s *script) {
 	s.mkdir("/full/n01")
 	s.mkdir("/full/dir2") // grows again
 	// A directory and a file exchange places across directories.
-	s.rename("/full/dir2", "/c/e01", pool.RenameExchange, nil)
+	s.rename("/full/dir2", "/c/e01", core.RenameExchange, nil)
 	s.unlink("/c/f1") // the last name of a file with xattrs: all its blocks go
 	// No space: refused with nothing changed.
 	s.create("/huge", 0o644)
 	s.write("/huge", 0, 1<<20, 70)
-	s.do("write /huge beyond the pool", pool.ErrNoSpace, func() error {
+	s.do("write /huge beyond the pool", core.ErrNoSpace, func() error {
 		_, err := s.p.Write(s.lookup("/huge"), 1<<20, pattern(71, poolSize), false)
 		return err
 	})
-	s.do("fallocate /huge beyond the pool", pool.ErrNoSpace, func() error {
+	s.do("fallocate /huge beyond the pool", core.ErrNoSpace, func() error {
 		return s.p.Fallocate(s.lookup("/huge"), 0, poolSize, 0)
 	})
 	s.unlink("/huge")
@@ -155,7 +155,7 @@ func mainScript(s *script) {
 	}
 	s.setup = false
 	s.write("/frag", bs, 397*bs, 300)
-	s.fallocate("/frag", 100*bs, 50*bs, pool.FallocPunchHole|pool.FallocKeepSize)
+	s.fallocate("/frag", 100*bs, 50*bs, core.FallocPunchHole|core.FallocKeepSize)
 	s.truncate("/frag", 3*bs+1)
 	s.unlink("/frag")
 }
@@ -174,9 +174,9 @@ func verifyScript(t *testing.T, s *script, bugs map[string]string) {
 	t.Run("mkfs", func(t *testing.T) {
 		t.Parallel()
 		for k := 0; k < s.fmtFences; k++ {
-			p, _, err := pool.Open(sliceMedium(s.rec.Image(k)), pool.Options{}) // few: the Recorder itself
+			p, _, err := core.Open(sliceMedium(s.rec.Image(k)), core.Options{}) // few: the Recorder itself
 			tested.Add(1)
-			if errors.Is(err, pool.ErrNotPool) {
+			if errors.Is(err, core.ErrNotPool) {
 				continue
 			}
 			if err != nil {
@@ -234,9 +234,9 @@ func verifyScript(t *testing.T, s *script, bugs map[string]string) {
 		if !bytes.Equal(s.imagesFrom(n).cur, s.rec.Image(n)) {
 			t.Errorf("the incremental image after the last fence %d differs from Recorder.Image", n)
 		}
-		checker := "pool.Open only"
+		checker := "core.Open only"
 		if recoveryCheck != nil {
-			checker = "pool.Open and recovery.Check"
+			checker = "core.Open and recovery.Check"
 		}
 		t.Logf("%d steps (%d without a fence), %d fences in all (%d in setup steps, not examined), %d crash images checked (%s)",
 			len(s.steps), noFence, s.rec.Fences(), setupFences, tested.Load(), checker)
@@ -283,7 +283,7 @@ func checkFence(s *script, k int, img []byte) error {
 		tm = newTee(m)
 		m = tm
 	}
-	p, rep, err := pool.Open(m, pool.Options{})
+	p, rep, err := core.Open(m, core.Options{})
 	if err != nil {
 		return fmt.Errorf("Open: %v", err)
 	}
@@ -330,7 +330,7 @@ func checkFence(s *script, k int, img []byte) error {
 		im := tm.imagesFrom(1)
 		defer im.release()
 		for j := 1; j < n; j, _ = j+1, im.next() {
-			p2, _, err := pool.Open(sliceMedium(im.image()), pool.Options{})
+			p2, _, err := core.Open(sliceMedium(im.image()), core.Options{})
 			if err != nil {
 				return fmt.Errorf("crash after fence %d of recovery: Open: %v", j, err)
 			}
@@ -366,7 +366,7 @@ func checkFence(s *script, k int, img []byte) error {
 			return fmt.Errorf("recovery.Check after recovery and Close: %d orphans, problems:\n  %s", orphans, strings.Join(probs, "\n  "))
 		}
 	}
-	p3, rep3, err := pool.Open(m, pool.Options{})
+	p3, rep3, err := core.Open(m, core.Options{})
 	if err != nil {
 		return fmt.Errorf("Open after recovery and Close: %v", err)
 	}
@@ -387,7 +387,7 @@ func checkFence(s *script, k int, img []byte) error {
 // transaction or free orphans (inodes with no links), read from the raw
 // image with package format.
 func recoveryNeedsWrites(s *script, img []byte) bool {
-	sb, _, err := pool.ReadSuperblock(sliceMedium(img))
+	sb, _, err := core.ReadSuperblock(sliceMedium(img))
 	if err != nil {
 		return false
 	}
@@ -437,13 +437,13 @@ func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
 func (m sliceMedium) Close() error               { return nil }
 
 // probe creates, writes, renames and removes a file and a directory.
-func probe(p *pool.FS) error {
+func probe(p *core.FS) error {
 	root := p.Root()
-	d, err := p.Create(root, ".probe-dir", pool.NewInode{Mode: format.ModeDir | 0o755})
+	d, err := p.Create(root, ".probe-dir", core.NewInode{Mode: format.ModeDir | 0o755})
 	if err != nil {
 		return err
 	}
-	f, err := p.Create(d, "f", pool.NewInode{Mode: format.ModeReg | 0o644})
+	f, err := p.Create(d, "f", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		return err
 	}
@@ -479,10 +479,10 @@ func TestMkfsOverOldPool(t *testing.T) {
 	old.close()
 	oldTree := old.steps[len(old.steps)-1].snap
 	rec := pmem.NewRecorder(old.rec.Image(old.rec.Fences()))
-	if err := pool.Format(rec, 0, 0); err != nil {
+	if err := core.Format(rec, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := pool.Open(sliceMedium(rec.Image(rec.Fences())), pool.Options{})
+	p, _, err := core.Open(sliceMedium(rec.Image(rec.Fences())), core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,8 +491,8 @@ func TestMkfsOverOldPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := 0; k <= rec.Fences(); k++ {
-		p, _, err := pool.Open(sliceMedium(rec.Image(k)), pool.Options{})
-		if errors.Is(err, pool.ErrNotPool) && k > 0 {
+		p, _, err := core.Open(sliceMedium(rec.Image(k)), core.Options{})
+		if errors.Is(err, core.ErrNotPool) && k > 0 {
 			continue
 		}
 		if err != nil {

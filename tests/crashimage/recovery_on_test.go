@@ -12,7 +12,7 @@ import (
 // Built with -tags dnnfs_recovery (TestFencesWithRecoveryCheck does it once
 // package recovery compiles): every crash image also goes through the
 // independent checker. Orphans (unlinked while open when the machine died)
-// are legitimate in a crash image: pool.Open frees them.
+// are legitimate in a crash image: core.Open frees them.
 func init() {
 	recoveryCheck = func(m pmem.Medium) ([]string, int, error) {
 		rep, err := recovery.Check(m)

@@ -17,7 +17,7 @@ import (
 // TestFencesWithRecoveryCheck runs the fence sweep again with the
 // independent checker of package recovery on every crash image (build tag
 // dnnfs_recovery, see recovery_on_test.go), if that package exists and
-// compiles; otherwise the sweep relies on pool.Open's validation alone.
+// compiles; otherwise the sweep relies on core.Open's validation alone.
 func TestFencesWithRecoveryCheck(t *testing.T) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -41,11 +41,11 @@ func TestFencesWithRecoveryCheck(t *testing.T) {
 		return string(out), err
 	}
 	if !fileExists(filepath.Join(root, "recovery")) {
-		t.Log("no package recovery: crash images are checked by pool.Open only")
+		t.Log("no package recovery: crash images are checked by core.Open only")
 		return
 	}
 	if out, err := run(5*time.Minute, "build", "./recovery"); err != nil {
-		t.Logf("package recovery does not compile yet: crash images are checked by pool.Open only\n%s", out)
+		t.Logf("package recovery does not compile yet: crash images are checked by core.Open only\n%s", out)
 		return
 	}
 	out, err := run(10*time.Minute, "test", "-tags", "dnnfs_recovery", "-count=1",

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // step is one completed operation of a script: the fence count when it
@@ -36,7 +36,7 @@ type script struct {
 	t        testing.TB
 	rec      *pmem.Recorder
 	tee      *tee // records the same flushes as rec, for fast incremental images
-	p        *pool.FS
+	p        *core.FS
 	unsure   unsureMap
 	inflight unsureMap // of the operation being run
 	setup    bool      // steps being recorded are setup steps
@@ -65,11 +65,11 @@ func newScriptOn(t testing.TB, size int, wrap func(pmem.Medium) pmem.Medium) *sc
 	if wrap != nil {
 		m = wrap(tm)
 	}
-	if err := pool.Format(m, 0, 0); err != nil {
+	if err := core.Format(m, 0, 0); err != nil {
 		t.Fatalf("Format: %v", err)
 	}
 	s := &script{t: t, rec: rec, tee: tm, unsure: unsureMap{}, fmtFences: rec.Fences()}
-	p, _, err := pool.Open(m, pool.Options{})
+	p, _, err := core.Open(m, core.Options{})
 	if err != nil {
 		t.Fatalf("Open after Format: %v", err)
 	}
@@ -98,7 +98,7 @@ func (s *script) record(name string) {
 
 // changesInPlace notes that the running operation stores into [off, end) of
 // ino in place.
-func (s *script) changesInPlace(ino pool.Ino, off, end uint64) {
+func (s *script) changesInPlace(ino core.Ino, off, end uint64) {
 	if s.inflight == nil {
 		s.inflight = unsureMap{}
 	}
@@ -120,7 +120,7 @@ func (s *script) do(name string, wantErr error, fn func() error) {
 }
 
 // lookup resolves an absolute path.
-func (s *script) lookup(path string) *pool.Inode {
+func (s *script) lookup(path string) *core.Inode {
 	s.t.Helper()
 	in := s.p.Root()
 	for _, name := range strings.Split(strings.Trim(path, "/"), "/") {
@@ -163,7 +163,7 @@ func (s *script) create(path string, perm uint32) {
 	s.t.Helper()
 	dir, name := split(path)
 	s.do("create "+path, nil, func() error {
-		_, err := s.p.Create(s.lookup(dir), name, pool.NewInode{Mode: format.ModeReg | perm, UID: 1000, GID: 1000})
+		_, err := s.p.Create(s.lookup(dir), name, core.NewInode{Mode: format.ModeReg | perm, UID: 1000, GID: 1000})
 		return err
 	})
 }
@@ -172,7 +172,7 @@ func (s *script) mkdir(path string) {
 	s.t.Helper()
 	dir, name := split(path)
 	s.do("mkdir "+path, nil, func() error {
-		_, err := s.p.Create(s.lookup(dir), name, pool.NewInode{Mode: format.ModeDir | 0o755})
+		_, err := s.p.Create(s.lookup(dir), name, core.NewInode{Mode: format.ModeDir | 0o755})
 		return err
 	})
 }
@@ -181,13 +181,13 @@ func (s *script) symlink(path, target string) {
 	s.t.Helper()
 	dir, name := split(path)
 	s.do("symlink "+path, nil, func() error {
-		_, err := s.p.Create(s.lookup(dir), name, pool.NewInode{Mode: format.ModeLnk | 0o777, Target: target})
+		_, err := s.p.Create(s.lookup(dir), name, core.NewInode{Mode: format.ModeLnk | 0o777, Target: target})
 		return err
 	})
 }
 
 // writeIno writes to an inode (which may be an open orphan).
-func (s *script) writeIno(name string, in *pool.Inode, off int64, data []byte) {
+func (s *script) writeIno(name string, in *core.Inode, off int64, data []byte) {
 	s.t.Helper()
 	s.do(name, nil, func() error {
 		before := in.Attr()
@@ -234,14 +234,14 @@ func (s *script) fallocate(path string, off, n uint64, mode uint32) {
 	in := s.lookup(path)
 	s.do(fmt.Sprintf("fallocate %s [%d,%d) mode %d", path, off, off+n, mode), nil, func() error {
 		size := in.Attr().Size
-		if mode&pool.FallocPunchHole != 0 {
+		if mode&core.FallocPunchHole != 0 {
 			// Partial blocks at the edges are cleared in place.
 			s.changesInPlace(in.Ino, off, min(off+n, size))
 		}
 		if err := s.p.Fallocate(in, off, n, mode); err != nil {
 			return err
 		}
-		if mode&pool.FallocPunchHole != 0 {
+		if mode&core.FallocPunchHole != 0 {
 			s.unsure[in.Ino] = s.unsure[in.Ino].remove(off, min(off+n, size))
 		}
 		return nil
@@ -306,7 +306,7 @@ func (s *script) removexattr(path, name string) {
 func (s *script) chmod(path string, perm uint32) {
 	s.t.Helper()
 	s.do(fmt.Sprintf("chmod %s %o", path, perm), nil, func() error {
-		return s.p.Setattr(s.lookup(path), pool.SetAttr{Mode: &perm})
+		return s.p.Setattr(s.lookup(path), core.SetAttr{Mode: &perm})
 	})
 }
 
@@ -314,7 +314,7 @@ func (s *script) utimens(path string) {
 	s.t.Helper()
 	at, mt := time.Unix(1e9, 5), time.Unix(1.5e9, 7)
 	s.do("utimens "+path, nil, func() error {
-		return s.p.Setattr(s.lookup(path), pool.SetAttr{Atime: &at, Mtime: &mt})
+		return s.p.Setattr(s.lookup(path), core.SetAttr{Atime: &at, Mtime: &mt})
 	})
 }
 

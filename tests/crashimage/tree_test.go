@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pool"
 )
 
 // node is the logical state of one name in the tree, as the pool API shows
@@ -16,7 +16,7 @@ import (
 // (README "Durability contract", rule 6).
 type node struct {
 	Type   byte // 'd', 'f' or 'l'
-	Ino    pool.Ino
+	Ino    core.Ino
 	Mode   uint32 // type and permission bits
 	UID    uint32
 	GID    uint32
@@ -46,11 +46,11 @@ func typeOf(mode uint32) byte {
 // snapshot walks the whole tree of p through the pool API: every entry, every
 // attribute, every byte of every file. It also checks the DRAM index for
 // self-consistency (entry types, Lookup, Parent).
-func snapshot(p *pool.FS) (tree, error) {
+func snapshot(p *core.FS) (tree, error) {
 	t := tree{}
-	seenDir := map[pool.Ino]string{}
-	var walk func(path string, in *pool.Inode, depth int) error
-	walk = func(path string, in *pool.Inode, depth int) error {
+	seenDir := map[core.Ino]string{}
+	var walk func(path string, in *core.Inode, depth int) error
+	walk = func(path string, in *core.Inode, depth int) error {
 		if depth > 64 {
 			return fmt.Errorf("%s: directory nesting deeper than 64 (loop?)", path)
 		}
@@ -184,7 +184,7 @@ func (s spans) contains(x uint64) bool {
 
 // unsureMap lists, per inode, the bytes whose durable value is not promised:
 // overwrites of mapped blocks that did not extend the file, not yet fsync'ed.
-type unsureMap map[pool.Ino]spans
+type unsureMap map[core.Ino]spans
 
 func (u unsureMap) clone() unsureMap {
 	c := unsureMap{}

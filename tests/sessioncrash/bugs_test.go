@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 	"github.com/dnnfs/dnnfs/tests/sessioncrash/srcdata"
 )
 
@@ -63,15 +63,15 @@ func (h *hookMedium) setFlush(f func(off, n int64)) {
 // late tail store overwrites that file's first 8 bytes.
 func TestAbandonDuringTailPersist(t *testing.T) {
 	h := &hookMedium{Medium: pmem.NewMemory(16 << 20)}
-	if err := pool.Format(h, 0, 0); err != nil {
+	if err := core.Format(h, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := pool.Open(h, pool.Options{TailInterval: 64 << 10})
+	p, _, err := core.Open(h, core.Options{TailInterval: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := p.Root()
-	f, err := p.Create(root, "f", pool.NewInode{Mode: format.ModeReg | 0o644})
+	f, err := p.Create(root, "f", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestAbandonDuringTailPersist(t *testing.T) {
 	}
 	// Fill the pool: after the abandon, the session's two log blocks are
 	// the only free blocks.
-	filler, err := p.Create(root, "filler", pool.NewInode{Mode: format.ModeReg | 0o644})
+	filler, err := p.Create(root, "filler", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestAbandonDuringTailPersist(t *testing.T) {
 	if free := p.Statfs().Free; free != 0 {
 		t.Fatalf("%d blocks still free", free)
 	}
-	g, err := p.Create(root, "g", pool.NewInode{Mode: format.ModeReg | 0o644})
+	g, err := p.Create(root, "g", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestOtherProcessIOIsNotProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { other.Process.Kill(); other.Wait() }()
-	otherCaller := pool.Caller{TID: uint32(other.Process.Pid)}
+	otherCaller := core.Caller{TID: uint32(other.Process.Pid)}
 
 	for _, mode := range []uint32{format.SessionRead, format.SessionWrite} {
 		name := map[uint32]string{format.SessionRead: "read", format.SessionWrite: "write"}[mode]
@@ -187,7 +187,7 @@ func TestOtherProcessIOIsNotProgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := p.Create(p.Root(), "f", pool.NewInode{Mode: format.ModeReg | 0o644})
+			f, err := p.Create(p.Root(), "f", core.NewInode{Mode: format.ModeReg | 0o644})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,10 +241,10 @@ func TestOtherProcessIOIsNotProgress(t *testing.T) {
 }
 
 // openMemPool formats a DRAM pool of size bytes and opens it.
-func openMemPool(size int64) (*pool.FS, *pool.MountReport, error) {
+func openMemPool(size int64) (*core.FS, *core.MountReport, error) {
 	m := pmem.NewMemory(size)
-	if err := pool.Format(m, 0, 0); err != nil {
+	if err := core.Format(m, 0, 0); err != nil {
 		return nil, nil, err
 	}
-	return pool.Open(m, pool.Options{TailInterval: 64 << 10})
+	return core.Open(m, core.Options{TailInterval: 64 << 10})
 }

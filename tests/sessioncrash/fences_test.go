@@ -24,9 +24,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/pool"
 	"github.com/dnnfs/dnnfs/tests/sessioncrash/srcdata"
 )
 
@@ -73,7 +73,7 @@ func (w *worker) do(f func()) {
 	<-done
 }
 
-func (w *worker) caller() pool.Caller { return pool.Caller{TID: w.tid} }
+func (w *worker) caller() core.Caller { return core.Caller{TID: w.tid} }
 
 // ---------------------------------------------------------------------------
 // The script: operations on a Recorder-backed pool and, after each, the
@@ -138,9 +138,9 @@ type script struct {
 	errf      func(format string, args ...any) // where verify reports (t.Errorf)
 	rec       *pmem.Recorder
 	tr        *tracer // wraps rec: the pool runs on it
-	p         *pool.FS
-	in        *pool.Inode
-	ino       pool.Ino
+	p         *core.FS
+	in        *core.Inode
+	ino       core.Ino
 	baseSize  uint64
 	baseSeed  uint64
 	gens      []gen
@@ -155,16 +155,16 @@ func newSessionScript(t *testing.T, baseSize uint64, baseSeed uint64) *script {
 	t.Helper()
 	rec := pmem.NewRecorder(make([]byte, fencePool))
 	tr := &tracer{Medium: rec}
-	if err := pool.Format(tr, 0, 0); err != nil {
+	if err := core.Format(tr, 0, 0); err != nil {
 		t.Fatalf("Format: %v", err)
 	}
 	s := &script{t: t, errf: t.Errorf, rec: rec, tr: tr, fmtFences: rec.Fences(), baseSize: baseSize, baseSeed: baseSeed}
-	p, _, err := pool.Open(tr, pool.Options{TailInterval: fenceInterval})
+	p, _, err := core.Open(tr, core.Options{TailInterval: fenceInterval})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	s.p = p
-	in, err := p.Create(p.Root(), "f", pool.NewInode{Mode: format.ModeReg | 0o644})
+	in, err := p.Create(p.Root(), "f", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -230,7 +230,7 @@ func (s *script) io(w *worker, off, n uint64) {
 	g := s.gens[gi]
 	var err error
 	run := func() {
-		c := pool.Caller{}
+		c := core.Caller{}
 		if w != nil {
 			c = w.caller()
 		}
@@ -238,7 +238,7 @@ func (s *script) io(w *worker, off, n uint64) {
 			_, err = s.p.WriteAs(c, s.in, int64(off), srcdata.Bytes(g.seed, int64(off), int(n)), false)
 			return
 		}
-		var r *pool.ReadData
+		var r *core.ReadData
 		if r, err = s.p.ReadAs(c, s.in, int64(off), int(n)); err != nil {
 			return
 		}
@@ -439,7 +439,7 @@ func (s *script) candidates(k int) []cand {
 // observed is what a recovered image shows.
 type observed struct {
 	open     bool
-	info     pool.SessionInfo
+	info     core.SessionInfo
 	d        format.Inode
 	data     []byte // the file's bytes, read from the media
 	openRep  int
@@ -459,7 +459,7 @@ func (o observed) String() string {
 	return s
 }
 
-func observe(p *pool.FS, rep *pool.MountReport, ino pool.Ino) (observed, error) {
+func observe(p *core.FS, rep *core.MountReport, ino core.Ino) (observed, error) {
 	in := p.Inode(ino)
 	if in == nil {
 		return observed{}, fmt.Errorf("inode %d is gone", ino)
@@ -477,7 +477,7 @@ func observe(p *pool.FS, rep *pool.MountReport, ino pool.Ino) (observed, error) 
 // fileBytes reads a file's bytes straight from the media (holes as zeros),
 // so checking an image never goes through the read path (which would
 // advance a read session).
-func fileBytes(b []byte, sb format.Superblock, ino pool.Ino) (format.Inode, []byte, error) {
+func fileBytes(b []byte, sb format.Superblock, ino core.Ino) (format.Inode, []byte, error) {
 	d, exts, err := fileExtents(b, sb, ino)
 	if err != nil {
 		return d, nil, err
@@ -495,7 +495,7 @@ func fileBytes(b []byte, sb format.Superblock, ino pool.Ino) (format.Inode, []by
 }
 
 // fileExtents decodes a file's inode and extents from the media.
-func fileExtents(b []byte, sb format.Superblock, ino pool.Ino) (format.Inode, []format.Extent, error) {
+func fileExtents(b []byte, sb format.Superblock, ino core.Ino) (format.Inode, []format.Extent, error) {
 	off := sb.InodeOff(ino)
 	d, err := format.DecodeInode(b[off : off+format.InodeSize])
 	if err != nil {
@@ -617,7 +617,7 @@ func (s *script) match(o observed, c cand) error {
 // classify opens what Open made of an image and matches it to the
 // candidates: it returns the first step whose state it shows, and every
 // step it matches.
-func (s *script) classify(p *pool.FS, rep *pool.MountReport, cands []cand) (observed, int, []int, error) {
+func (s *script) classify(p *core.FS, rep *core.MountReport, cands []cand) (observed, int, []int, error) {
 	o, err := observe(p, rep, s.ino)
 	if err != nil {
 		return o, -1, nil, err
@@ -693,8 +693,8 @@ func (s *script) verify() {
 					fail("recovery.Check found problems in the raw image:\n    %s", strings.Join(probs, "\n    "))
 				}
 			}
-			p, rep, err := pool.Open(sliceMedium(priv), pool.Options{TailInterval: fenceInterval})
-			if k < s.fmtFences && errors.Is(err, pool.ErrNotPool) {
+			p, rep, err := core.Open(sliceMedium(priv), core.Options{TailInterval: fenceInterval})
+			if k < s.fmtFences && errors.Is(err, core.ErrNotPool) {
 				return
 			}
 			if err != nil {
@@ -780,7 +780,7 @@ func (s *script) crashDuringRecovery(img, rimg *memImage, cands []cand, fail fun
 	}
 	defer unix.Munmap(base)
 	tr := &tracer{Medium: sliceMedium(base)}
-	if _, _, err := pool.Open(tr, pool.Options{TailInterval: fenceInterval}); err != nil {
+	if _, _, err := core.Open(tr, core.Options{TailInterval: fenceInterval}); err != nil {
 		fail("Open (traced): %v", err)
 		return 0
 	}
@@ -794,7 +794,7 @@ func (s *script) crashDuringRecovery(img, rimg *memImage, cands []cand, fail fun
 			s.t.Fatal(err)
 		}
 		checked++
-		p, rep, err := pool.Open(sliceMedium(priv), pool.Options{TailInterval: fenceInterval})
+		p, rep, err := core.Open(sliceMedium(priv), core.Options{TailInterval: fenceInterval})
 		if err != nil {
 			fail("and again after fence %d of the recovery: Open: %v", j, err)
 		} else if _, _, _, err := s.classify(p, rep, cands); err != nil {
@@ -824,7 +824,7 @@ func (s *script) deepCheck(k int) bool {
 // job resuming after the crash), then requires the session closed as
 // finished with the source's bytes, a clean Close, a clean recovery.Check
 // and a clean reopen.
-func (s *script) resume(p *pool.FS, o observed, st int) error {
+func (s *script) resume(p *core.FS, o observed, st int) error {
 	in := p.Inode(s.ino)
 	w := s.steps[st].w
 	if o.open {
@@ -864,7 +864,7 @@ func (s *script) resume(p *pool.FS, o observed, st int) error {
 			return fmt.Errorf("recovery.Check after Close: %v %s", err, strings.Join(probs, "; "))
 		}
 	}
-	p2, rep, err := pool.Open(m, pool.Options{TailInterval: fenceInterval})
+	p2, rep, err := core.Open(m, core.Options{TailInterval: fenceInterval})
 	if err != nil {
 		return fmt.Errorf("reopen: %v", err)
 	}

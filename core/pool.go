@@ -19,7 +19,7 @@
 //	allocator      free-block bitmap (allocator.mu)
 //
 // Functions whose name ends in Locked expect Inode.mu of their receiver held.
-package pool
+package core
 
 import (
 	"crypto/rand"

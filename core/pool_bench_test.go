@@ -1,4 +1,4 @@
-package pool
+package core
 
 // Benchmarks of the data path below FUSE (no kernel round trip), on a DRAM
 // medium so they measure dnnfs's own CPU cost: locking, extent lookup,
