@@ -26,6 +26,13 @@ const testPoolSize = 512 << 20
 // fsck to find it clean.
 func mountPool(t *testing.T) string {
 	t.Helper()
+	mnt, _ := mountPoolFS(t)
+	return mnt
+}
+
+// mountPoolFS is mountPool, also returning the mounted pool.
+func mountPoolFS(t *testing.T) (string, *core.FS) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root (DirectMount, allow_other)")
 	}
@@ -80,7 +87,7 @@ func mountPool(t *testing.T) string {
 			t.Errorf("closing the medium: %v", err)
 		}
 	})
-	return mnt
+	return mnt, p
 }
 
 // unmount retries while the mount is busy (a failed test may still hold a
