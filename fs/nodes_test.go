@@ -2,9 +2,11 @@ package fs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +19,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/client"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
@@ -129,7 +132,7 @@ func TestNewNodeKind(t *testing.T) {
 // TestNodeKinds runs each kind's operations through the kernel on one
 // in-process mount (fsck checks the pool when the mount goes).
 func TestNodeKinds(t *testing.T) {
-	mnt, p := mountPoolFS(t)
+	mnt, p := mountPoolFS(t, false)
 	at := func(name string) string { return filepath.Join(mnt, name) }
 
 	t.Run("File", func(t *testing.T) {
@@ -589,5 +592,86 @@ func wantSize(t *testing.T, path string, size int64) {
 	}
 	if fi.Size() != size {
 		t.Errorf("%s: size %d, want %d", path, fi.Size(), size)
+	}
+}
+
+// TestTableNodes: an embedding table is a file node whose data goes to
+// the SSD tier, also when the node was made while the file was a plain
+// one; its request file is a node of its own, not a pool inode.
+func TestTableNodes(t *testing.T) {
+	mnt, _ := mountPoolFS(t, true)
+	path := filepath.Join(mnt, "emb")
+	f, err := os.Create(path) // the node is made now, for a plain file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	must(t, unix.Fsetxattr(int(f.Fd()), XattrTable, []byte("rows=16,dim=4,dtype=f32"), 0))
+	row := make([]byte, 16)
+	for i, v := range []float32{1, 2, 3, 4} {
+		binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
+	}
+	if _, err := f.WriteAt(row, 3*16); err != nil {
+		t.Fatalf("writing a row: %v", err)
+	}
+	readAt(t, f, 3*16, 16, string(row))
+	if err := f.Sync(); err != nil {
+		t.Errorf("fsync of a table: %v", err)
+	}
+	if _, err := f.WriteAt(row, 16*16); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("writing past the table's end: %v, want EFBIG", err)
+	}
+	buf := make([]byte, 256)
+	if k, err := unix.Getxattr(path, XattrTable, buf); err != nil || !bytes.HasPrefix(buf[:max(k, 0)], []byte("rows=16,dim=4,dtype=f32,")) {
+		t.Errorf("%s reads %q, %v", XattrTable, buf[:max(k, 0)], err)
+	}
+	// A second name reaches the same inode and data.
+	must(t, os.Link(path, filepath.Join(mnt, "emb2")))
+	if b, err := os.ReadFile(filepath.Join(mnt, "emb2")); err != nil || len(b) != 256 || !bytes.Equal(b[48:64], row) {
+		t.Errorf("the table through its second name: %d bytes, %v", len(b), err)
+	}
+
+	// The request file: found by name, not listed, not linkable.
+	lp := path + LookupSuffix
+	var st, tst unix.Stat_t
+	must(t, unix.Stat(lp, &st))
+	must(t, unix.Stat(path, &tst))
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != tst.Ino|lookupInoBit {
+		t.Errorf("%s: mode %o ino %#x (table ino %#x)", lp, st.Mode, st.Ino, tst.Ino)
+	}
+	lf, err := os.OpenFile(lp, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	req, err := client.EncodeLookup(7, client.Gather, client.F32, []int64{3}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lf.Write(req); err != nil {
+		t.Fatalf("writing a request: %v", err)
+	}
+	res := make([]byte, 4096)
+	k, err := lf.Read(res)
+	if err != nil {
+		t.Fatalf("reading the result: %v", err)
+	}
+	r, err := client.DecodeResult(res[:k])
+	if err != nil || r.Err() != nil || r.Tag != 7 || !bytes.Equal(r.Payload, row) {
+		t.Errorf("result %+v, %v; want tag 7 and row 3", r, err)
+	}
+	if err := os.Link(lp, filepath.Join(mnt, "req")); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("link of a request file: %v, want EXDEV", err)
+	}
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !reflect.DeepEqual(names, []string{"emb", "emb2"}) {
+		t.Errorf("root lists %v, want [emb emb2]", names)
 	}
 }
