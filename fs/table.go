@@ -101,7 +101,7 @@ func (n *node) table() (*embedding.Table, syscall.Errno) {
 	return tb, 0
 }
 
-func (n *node) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (n *fileNode) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	tb, e := n.table()
 	if e != 0 {
 		return nil, e
@@ -115,7 +115,7 @@ func (n *node) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
-func (n *node) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
+func (n *fileNode) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
 	tb, e := n.table()
 	if e != 0 {
 		return 0, e
@@ -132,7 +132,7 @@ func (n *node) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
 	return uint32(k), 0
 }
 
-func (n *node) tableFsync() syscall.Errno {
+func (n *fileNode) tableFsync() syscall.Errno {
 	if n.tier() == nil {
 		return syscall.EIO
 	}
@@ -251,7 +251,7 @@ func (n *node) migrate(value []byte) syscall.Errno {
 // lookupNode is TABLE.lookup: not a pool inode, not listed by readdir.
 type lookupNode struct {
 	gofs.Inode
-	dir   *node
+	dir   *dirNode
 	table *core.Inode
 }
 
@@ -268,7 +268,7 @@ var (
 )
 
 // lookupChild resolves NAME.lookup next to a table NAME.
-func (n *node) lookupChild(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, bool) {
+func (n *dirNode) lookupChild(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, bool) {
 	base, ok := strings.CutSuffix(name, LookupSuffix)
 	if !ok || base == "" || n.tier() == nil {
 		return nil, false
