@@ -16,6 +16,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
+	"github.com/dnnfs/dnnfs/embedding/wire"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/units"
 )
@@ -68,7 +69,9 @@ func ParseTableSpec(v string) (TableSpec, error) {
 			d, err = strconv.ParseUint(val, 10, 32)
 			s.Dim = uint32(d)
 		case "dtype":
-			s.Dtype, err = embedding.ParseDtype(val)
+			var d wire.Dtype
+			d, err = wire.ParseDtype(val)
+			s.Dtype = uint8(d)
 		case "shard":
 			s.ShardBytes, err = units.ParseSize(val)
 		case "shard_rows", "shards", "row_bytes":
@@ -183,7 +186,7 @@ func (n *node) tableXattr() ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=%s,shard_rows=%d,shards=%d,row_bytes=%d",
-		h.Rows, h.Dim, embedding.DtypeName(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
+		h.Rows, h.Dim, wire.Dtype(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
 }
 
 // migrate handles setxattr user.dnnfs.migrate.
@@ -372,7 +375,7 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 		h.log.Warn("bad embedding lookup request", zap.Uint64("table_ino", uint64(l.table.Ino)), zap.Error(err))
 		return 0, syscall.EINVAL
 	}
-	if off == 0 && h.asm == nil && embedding.RequestLength(data) == uint64(len(data)) {
+	if off == 0 && h.asm == nil && wire.RequestLength(data) == uint64(len(data)) {
 		// The common case: the whole request in one chunk. Parse it in
 		// place; only a request split over chunks is copied to reassemble.
 		return l.submit(h, data, bad)
@@ -387,19 +390,19 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 	case h.asm != nil && off == int64(len(h.asm)):
 		h.asm = append(h.asm, data...)
 	default:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
 	}
 	last := len(data) < maxWrite // a full chunk may be followed by more
-	total := embedding.RequestLength(h.asm)
+	total := wire.RequestLength(h.asm)
 	switch {
 	case total == 0 && last:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(h.asm), embedding.ReqHeader)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(h.asm), wire.RequestHeaderSize)})
 	case total == 0:
 		return uint32(len(data)), 0
 	case uint64(len(h.asm)) > total:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d", len(h.asm), total)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d", len(h.asm), total)})
 	case uint64(len(h.asm)) < total && last:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d (truncated buffer?)", len(h.asm), total)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d (truncated buffer?)", len(h.asm), total)})
 	case uint64(len(h.asm)) < total:
 		return uint32(len(data)), 0
 	}
@@ -410,7 +413,7 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 
 // submit (h.mu held) parses a whole request and hands it to the scheduler.
 func (l *lookupNode) submit(h *lookupHandle, b []byte, bad func(error) (uint32, syscall.Errno)) (uint32, syscall.Errno) {
-	req, err := embedding.ParseLookup(b, h.tb.Header())
+	req, err := h.tb.ParseLookup(b)
 	if err != nil {
 		return bad(err)
 	}
