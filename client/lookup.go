@@ -19,7 +19,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/embedding/wire"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 const (
@@ -112,24 +112,32 @@ type TableInfo struct {
 func ParseTableInfo(v string) (TableInfo, error) {
 	info := TableInfo{Attrs: map[string]string{}}
 	v = strings.TrimRight(v, "\x00 \t\r\n")
-	for _, kv := range strings.Split(v, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return info, fmt.Errorf("%s %q: %q is not key=value", XattrTable, v, kv)
-		}
-		info.Attrs[k] = val
-	}
-	var err error
-	if info.Rows, err = strconv.ParseInt(info.Attrs["rows"], 10, 64); err != nil || info.Rows < 1 {
-		return info, fmt.Errorf("%s %q: rows: want a positive integer", XattrTable, v)
-	}
-	dim, err := strconv.ParseInt(info.Attrs["dim"], 10, 32)
-	if err != nil || dim < 1 {
-		return info, fmt.Errorf("%s %q: dim: want a positive integer", XattrTable, v)
-	}
-	info.Dim = int(dim)
-	if info.Dtype, err = ParseDtype(info.Attrs["dtype"]); err != nil {
+	items, err := kv.Parse(v)
+	if err != nil {
 		return info, fmt.Errorf("%s %q: %w", XattrTable, v, err)
+	}
+	info.Attrs = kv.Map(items)
+	for _, it := range items {
+		var n int64
+		switch it.Key {
+		case "rows":
+			info.Rows, err = it.Int(1, math.MaxInt64)
+		case "dim":
+			n, err = it.Int(1, math.MaxInt32)
+			info.Dim = int(n)
+		case "dtype":
+			if info.Dtype, err = ParseDtype(it.Value); err != nil {
+				err = it.Errorf("want f32, f16 or bf16")
+			}
+		}
+		if err != nil {
+			return info, fmt.Errorf("%s %q: %w", XattrTable, v, err)
+		}
+	}
+	for _, k := range []string{"rows", "dim", "dtype"} {
+		if _, ok := info.Attrs[k]; !ok {
+			return info, fmt.Errorf("%s %q: no %s", XattrTable, v, k)
+		}
 	}
 	return info, nil
 }

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // ErrNoTier: the mount has no SSD-tier device (mount with --ssd DIR).
@@ -37,21 +37,24 @@ var DefaultWeights = Weights{Free: 1, BW: 1, Spread: 1}
 // ParseWeights reads "free=1,bw=1,spread=1" (keys may be omitted).
 func ParseWeights(s string) (Weights, error) {
 	w := DefaultWeights
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil || f < 0 {
-			return w, fmt.Errorf("--placement %q: want free=W,bw=W,spread=W with W >= 0", s)
-		}
-		switch k {
+	items, err := kv.Parse(s)
+	if err != nil {
+		return w, fmt.Errorf("--placement %q: %w (want free=W,bw=W,spread=W with W >= 0)", s, err)
+	}
+	for _, it := range items {
+		var f *float64
+		switch it.Key {
 		case "free":
-			w.Free = f
+			f = &w.Free
 		case "bw":
-			w.BW = f
+			f = &w.BW
 		case "spread":
-			w.Spread = f
+			f = &w.Spread
 		default:
-			return w, fmt.Errorf("--placement %q: unknown key %q", s, k)
+			return w, fmt.Errorf("--placement %q: %w", s, it.Unknown("free", "bw", "spread"))
+		}
+		if *f, err = it.Float(0); err != nil {
+			return w, fmt.Errorf("--placement %q: %w", s, err)
 		}
 	}
 	return w, nil

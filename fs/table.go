@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"math"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +18,7 @@ import (
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/embedding/wire"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/internal/units"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // Embedding tables through the mount: a table file's reads and writes go
@@ -55,32 +55,33 @@ type TableSpec struct {
 // ParseTableSpec reads 'rows=R,dim=D,dtype=f32|f16|bf16[,shard=SIZE]'.
 func ParseTableSpec(v string) (TableSpec, error) {
 	var s TableSpec
-	for _, kv := range strings.Split(strings.TrimSpace(v), ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return s, fmt.Errorf("%q is not key=value", kv)
-		}
-		var err error
-		switch k {
+	items, err := kv.Parse(v)
+	if err != nil {
+		return s, err
+	}
+	for _, it := range items {
+		switch it.Key {
 		case "rows":
-			s.Rows, err = strconv.ParseUint(val, 10, 64)
+			s.Rows, err = it.Uint(1, math.MaxUint64)
 		case "dim":
 			var d uint64
-			d, err = strconv.ParseUint(val, 10, 32)
+			d, err = it.Uint(1, math.MaxUint32)
 			s.Dim = uint32(d)
 		case "dtype":
 			var d wire.Dtype
-			d, err = wire.ParseDtype(val)
+			if d, err = wire.ParseDtype(it.Value); err != nil {
+				err = it.Errorf("want f32, f16 or bf16")
+			}
 			s.Dtype = uint8(d)
 		case "shard":
-			s.ShardBytes, err = units.ParseSize(val)
+			s.ShardBytes, err = it.Size()
 		case "shard_rows", "shards", "row_bytes":
 			// Informational keys of the value read back; ignored.
 		default:
-			return s, fmt.Errorf("unknown key %q (want rows, dim, dtype, shard)", k)
+			err = it.Unknown("rows", "dim", "dtype", "shard")
 		}
 		if err != nil {
-			return s, fmt.Errorf("%s=%q: %v", k, val, err)
+			return s, err
 		}
 	}
 	if s.Rows == 0 || s.Dim == 0 || s.Dtype == 0 {
@@ -198,35 +199,35 @@ func (n *node) migrate(value []byte) syscall.Errno {
 		}
 		return e
 	}
+	const want = "want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica"
 	shard, dev := -1, -1
 	var replicate, drop bool
-	for _, kv := range strings.Split(strings.TrimSpace(string(value)), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		var err error
-		switch k {
+	items, err := kv.Parse(string(value), "drop-replica")
+	for _, it := range items {
+		var v int64
+		switch it.Key {
 		case "shard":
-			shard, err = strconv.Atoi(v)
-		case "to":
-			dev, err = strconv.Atoi(v)
-		case "replicate":
-			dev, err = strconv.Atoi(v)
-			replicate = true
+			v, err = it.Int(0, math.MaxInt32)
+			shard = int(v)
+		case "to", "replicate":
+			v, err = it.Int(0, 0xffff)
+			dev, replicate = int(v), it.Key == "replicate"
 		case "drop-replica":
 			drop = true
 		default:
-			err = fmt.Errorf("unknown key %q", k)
+			err = it.Unknown("shard", "to", "replicate", "drop-replica")
 		}
-		if err != nil || (dev > 0xffff) {
-			n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica",
-				zap.String("value", string(value)), zap.Error(err))
-			return syscall.EINVAL
+		if err != nil {
+			break
 		}
 	}
-	if shard < 0 || (dev < 0) == !drop {
-		n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica", zap.String("value", string(value)))
+	if err == nil && (shard < 0 || (dev < 0) == !drop) {
+		err = errors.New("shard and one of to, replicate and drop-replica are required")
+	}
+	if err != nil {
+		n.opts.Log.Warn("bad migrate request: "+want, zap.String("value", string(value)), zap.Error(err))
 		return syscall.EINVAL
 	}
-	var err error
 	if drop {
 		err = n.tier().DropReplica(tb, shard)
 	} else {
