@@ -48,14 +48,14 @@
 // # Persist order
 //
 //	step          store                                              then
-//	start         P_log region zeroed, Tail_ptr i = segment i start   Persist
-//	              F_log header and entries (linked by Next)           Persist
-//	              (caller) Tx: inode fields of the open session        commit  <- the session exists
-//	tail move     (writes) the file data below the new tail            Flush each range, Fence
-//	              8-byte Tail_ptr                                     Persist (no Tx)
-//	first thread  Tx: the segment's entry with its Pid                commit
-//	segment done  Tx: the entry with P_flag 1, P_log_addr 0            commit
-//	close         (caller) Tx: inode fields finished or none, then the regions are freed
+//	start         P_log region zeroed, Tail_ptr i = segment i start  Persist
+//	              F_log header and entries (linked by Next)          Persist
+//	              (caller) Tx: inode fields of the open session      commit  <- the session exists
+//	tail move     (writes) the file data below the new tail          Flush each range, Fence
+//	              8-byte Tail_ptr                                    Persist (no Tx)
+//	first thread  Tx: the segment's entry with its Pid               commit
+//	segment done  Tx: the entry with P_flag 1, P_log_addr 0          commit
+//	close         (caller) Tx: inode fields finished or none         commit, then the regions are freed
 //
 // A crash before the start's Tx leaves both regions unreferenced (free at
 // the next mount). A Tail_ptr never runs ahead of durable data; it may lag,
