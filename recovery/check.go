@@ -413,6 +413,9 @@ func (a *analysis) checkSessions() {
 	}
 }
 
+// checkSession returns what is wrong with in's session, or "". The rules
+// about the inode (which kinds may have a session, reserved bytes) are
+// here; the session fields and the log they name are seglog.Check's.
 func (a *analysis) checkSession(in *inode) string {
 	d := &in.d
 	rest := sessionArea(d)[format.INSessionMode+4-format.INSession:]
