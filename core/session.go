@@ -447,7 +447,7 @@ func (fs *FS) loadSession(in *Inode) error {
 	}
 	for _, r := range st.Layout.Regions() {
 		if !fs.alloc.markUsed(r.Phys, r.Len) {
-			return fmt.Errorf("F_log at block %d or P_log at block %d shared", st.Layout.FLog, st.Layout.Header.PLog)
+			return fmt.Errorf("the F_log at block %d or the P_log at block %d is used twice", st.Layout.FLog, st.Layout.Header.PLog)
 		}
 	}
 	s := &session{log: seglog.Attach(fs.m, st)}

@@ -24,18 +24,18 @@ var (
 	ErrRange = errors.New("segment log region out of range")
 	// ErrHeader: the F_log header fails its checksum or its region sizes
 	// disagree with its count (torn or garbage bytes).
-	ErrHeader = errors.New("F_log header damaged")
+	ErrHeader = errors.New("the F_log header is damaged")
 	// ErrCount: Check found an F_log whose entry count is not the inode's
 	// Process_num.
-	ErrCount = errors.New("F_log entry count differs from Process_num")
+	ErrCount = errors.New("the F_log's entry count differs from Process_num")
 	// ErrEntry: an F_log entry fails its checksum, or names a segment
 	// outside the session's bytes.
-	ErrEntry = errors.New("F_log entry damaged")
+	ErrEntry = errors.New("an F_log entry is damaged")
 	// ErrLink: Check found an entry whose Next or P_log_addr is not where
 	// the layout puts it.
-	ErrLink = errors.New("F_log entry link damaged")
+	ErrLink = errors.New("an F_log entry's link is damaged")
 	// ErrTail: a Tail_ptr lies outside its segment.
-	ErrTail = errors.New("Tail_ptr outside its segment")
+	ErrTail = errors.New("a Tail_ptr lies outside its segment")
 )
 
 // logError reads as its message alone and matches its sentinel and cause
