@@ -307,6 +307,11 @@ func checkFence(s *script, k int, img []byte) error {
 			}
 		}
 		d := diffTrees(got, s.steps[c].snap, unsure, 8)
+		if len(d) == 0 && s.extra != nil {
+			if err := s.extra(p, k, c); err != nil {
+				d = append(d, err.Error())
+			}
+		}
 		if len(d) == 0 {
 			match = c
 			break
@@ -340,6 +345,11 @@ func checkFence(s *script, k int, img []byte) error {
 			}
 			if d := diffTrees(got2, got, nil, 5); len(d) > 0 {
 				return fmt.Errorf("crash after fence %d of recovery: state differs from a full recovery:\n  %s", j, strings.Join(d, "\n  "))
+			}
+			if s.extra != nil {
+				if err := s.extra(p2, k, match); err != nil {
+					return fmt.Errorf("crash after fence %d of recovery: %v", j, err)
+				}
 			}
 		}
 	}
@@ -387,6 +397,9 @@ func checkFence(s *script, k int, img []byte) error {
 // transaction or free orphans (inodes with no links), read from the raw
 // image with package format.
 func recoveryNeedsWrites(s *script, img []byte) bool {
+	if s.recoveryWrites != nil && s.recoveryWrites(img) {
+		return true
+	}
 	sb, _, err := core.ReadSuperblock(sliceMedium(img))
 	if err != nil {
 		return false
