@@ -238,8 +238,8 @@ func verifyScript(t *testing.T, s *script, bugs map[string]string) {
 		if recoveryCheck != nil {
 			checker = "core.Open and recovery.Check"
 		}
-		t.Logf("%d steps (%d without a fence), %d fences in all (%d in setup steps, not examined), %d crash images checked (%s)",
-			len(s.steps), noFence, s.rec.Fences(), setupFences, tested.Load(), checker)
+		t.Logf("%d steps (%d without a fence), %d fences in all (%d in setup steps, not examined), %d crash images checked (%s), and %d images of a crash during their recovery",
+			len(s.steps), noFence, s.rec.Fences(), setupFences, tested.Load(), checker, s.recrashes.Load())
 	})
 }
 
@@ -335,6 +335,7 @@ func checkFence(s *script, k int, img []byte) error {
 		im := tm.imagesFrom(1)
 		defer im.release()
 		for j := 1; j < n; j, _ = j+1, im.next() {
+			s.recrashes.Add(1)
 			p2, _, err := core.Open(sliceMedium(im.image()), core.Options{})
 			if err != nil {
 				return fmt.Errorf("crash after fence %d of recovery: Open: %v", j, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ type script struct {
 	afterRecord    func()
 	extra          func(p *core.FS, k, c int) error
 	recoveryWrites func(img []byte) bool
+	recrashes      atomic.Int64 // crash images inside recovery checked
 }
 
 const poolSize = 4 << 20 // format.MinPoolSize: every image is copied
