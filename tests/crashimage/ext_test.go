@@ -427,12 +427,7 @@ func (x *ext) start(path string, threads int, size uint64, seed uint64) {
 	x.gens = append(x.gens, g)
 	x.files[in.Ino] = len(x.gens) - 1
 	s.do(fmt.Sprintf("start session on %s (%d threads, %d bytes)", path, threads, size), nil, func() error {
-		if err := s.p.StartSession(in, threads, size, format.SessionWrite); err != nil {
-			return err
-		}
-		// Bytes the file had beyond its old size are zeros now, and the
-		// size is the session's: in place where the old size ends.
-		return nil
+		return s.p.StartSession(in, threads, size, format.SessionWrite)
 	})
 }
 

@@ -34,8 +34,9 @@ const (
 // files (an orphan from the start, named by link or freed on release),
 // device nodes, FIFOs and sockets, POSIX ACLs (access ACLs that set the
 // mode, default ACLs a new inode inherits), chown and truncate through
-// Setattr, fallocate growing a file inside a session-free file, and
-// xattrs on special files.
+// Setattr, fallocate with unwritten blocks past the size, xattrs on
+// special files, and a file kept by a kernel reference after its last
+// name is gone.
 func pathsScript(x *ext) {
 	const bs = format.BlockSize
 	s := x.s
@@ -132,6 +133,12 @@ func pathsScript(x *ext) {
 	s.truncate("/p/owned", 7*bs)                             // over the kept-size blocks
 	s.unlink("/p/inherit/f")
 	s.rmdir("/p/inherit/d", nil)
+	// A file the kernel still references (an O_PATH descriptor, the cwd)
+	// outlives its last name until FORGET.
+	held := s.lookup("/p/owned")
+	s.do("kernel reference to /p/owned", nil, func() error { s.p.KernelRef(held); return nil })
+	s.unlink("/p/owned")
+	s.do("FORGET of /p/owned", nil, func() error { return s.p.KernelForget(held) })
 }
 
 // TestFencesMorePaths checks every fence of pathsScript like TestFences.
@@ -141,5 +148,4 @@ func TestFencesMorePaths(t *testing.T) {
 	pathsScript(x)
 	x.close()
 	verifyScript(t, s, nil)
-	t.Cleanup(func() { x.logChecks(t) })
 }
