@@ -1,9 +1,13 @@
 package crashimage_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 )
 
@@ -61,6 +65,52 @@ func TestFencesTables(t *testing.T) {
 	s := newScript(t, poolSize)
 	x := newExt(s)
 	tableScript(x)
+	x.close()
+	verifyScript(t, s, nil)
+	t.Cleanup(func() { x.logChecks(t) })
+}
+
+// TestFencesTierMigration runs the SSD tier itself (package embedding) on
+// the Recorder-backed pool: attaching devices registers them, a table is
+// made through the tier, and its shards are moved, replicated and their
+// replicas dropped by the migration code, whose only pool change is one
+// SetShard each. Every fence is checked like TestFencesTables; the SSD
+// files are outside the crash image (their copies are synced before the
+// pool records them).
+func TestFencesTierMigration(t *testing.T) {
+	s := newScript(t, poolSize)
+	x := newExt(s)
+	var tier *embedding.Tier
+	dir := t.TempDir()
+	var devs []embedding.DeviceSpec
+	for _, name := range []string{"ssd0", "ssd1", "ssd2"} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, embedding.DeviceSpec{Dir: d, Model: embedding.Model{Channels: 1}})
+	}
+	s.do("attach the SSD tier (three new devices)", nil, func() error {
+		var err error
+		tier, err = embedding.Open(s.p, embedding.Options{Devices: devs, ShardBytes: 16 << 10})
+		return err
+	})
+	s.create("/emb", 0o644)
+	s.do("create a table through the tier", nil, func() error {
+		return tier.CreateTable(s.lookup("/emb"), 4096, 8, format.DtypeF32, 16<<10)
+	})
+	tb, ok := tier.Table(s.lookup("/emb"))
+	if !ok {
+		t.Fatal("the tier does not know the new table")
+	}
+	for i := 0; i < 4; i++ {
+		s.do(fmt.Sprintf("move shard %d", i), nil, func() error { return tier.MoveShard(tb, i, 0, false) })
+	}
+	s.do("replicate shard 1", nil, func() error { return tier.MoveShard(tb, 1, 0, true) })
+	s.do("replicate shard 3", nil, func() error { return tier.MoveShard(tb, 3, 0, true) })
+	s.do("drop shard 1's replica", nil, func() error { return tier.DropReplica(tb, 1) })
+	s.unlink("/emb")
+	s.do("detach the SSD tier", nil, func() error { return tier.Close() })
 	x.close()
 	verifyScript(t, s, nil)
 	t.Cleanup(func() { x.logChecks(t) })
