@@ -40,7 +40,7 @@ type sessGen struct {
 // sessState is a file's session after a step.
 type sessState struct {
 	ph  sessPhase
-	gen int // index in ext.gens; -1 before the file's first session
+	gen int // index in ext.gens
 	// tails: open, the persisted tails Session() reported (a crash may not
 	// go back behind them); closed, the last ones, or the segment ends if
 	// the session finished by completing every segment. Bytes before them
@@ -66,10 +66,10 @@ type extState struct {
 type ext struct {
 	s      *script
 	gens   []sessGen
-	files  map[core.Ino]int // session files: the gen of their current or last session (-1: none yet)
+	files  map[core.Ino]int // session files: the gen of their current or last session
 	states []extState       // parallel to s.steps
-	// finished: set by a step that closes a session by completing it (the
-	// tails are then the segment ends).
+	// completed: set by a step that closes a session by completing it
+	// (the tails are then the segment ends).
 	completed map[core.Ino]bool
 	// broken: set by a step that changed a session file's bytes under its
 	// session (truncate, punch): nothing is promised about them any more.
