@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 )
 
@@ -100,7 +101,11 @@ func newExt(s *script) *ext {
 // the states of steps recorded before the hooks were installed).
 func (x *ext) record() {
 	p := x.s.p
-	st := extState{sess: map[core.Ino]sessState{}, tables: map[core.Ino]tableWant{}, tier: p.TierDevices()}
+	tier, err := embedding.Meta{S: p}.TierDevices()
+	if err != nil {
+		x.s.t.Fatalf("after step %d: SSD-tier registry: %v", len(x.s.steps)-1, err)
+	}
+	st := extState{sess: map[core.Ino]sessState{}, tables: map[core.Ino]tableWant{}, tier: tier}
 	var prev extState
 	if len(x.states) > 0 {
 		prev = x.states[len(x.states)-1]
@@ -139,7 +144,7 @@ func (x *ext) record() {
 	clear(x.broken)
 	for _, in := range p.Tables() {
 		hdr, _ := in.Table()
-		shards, err := p.TableShards(in)
+		shards, err := embedding.Meta{S: p}.TableShards(in)
 		if err != nil {
 			x.s.t.Fatalf("after step %d: table %d: %v", len(x.s.steps)-1, in.Ino, err)
 		}
@@ -184,7 +189,11 @@ func srcBytes(seed uint64, off int64, n int) []byte {
 // crash after fence k.
 func (x *ext) check(p *core.FS, k, c int) error {
 	want := x.states[c]
-	if got := p.TierDevices(); !slices.Equal(got, want.tier) {
+	got, err := embedding.Meta{S: p}.TierDevices()
+	if err != nil {
+		return fmt.Errorf("SSD-tier registry: %v", err)
+	}
+	if !slices.Equal(got, want.tier) {
 		// A step that registers several devices (the tier attaching new
 		// directories) does so one at a time: in flight, any prefix.
 		lo := candidates(x.s, k)[0]
@@ -214,7 +223,7 @@ func (x *ext) checkTables(p *core.FS, want extState) error {
 		if hdr != w.hdr {
 			return fmt.Errorf("table %d: header %+v, want %+v", in.Ino, hdr, w.hdr)
 		}
-		shards, err := p.TableShards(in)
+		shards, err := embedding.Meta{S: p}.TableShards(in)
 		if err != nil {
 			return fmt.Errorf("table %d: translation table: %v", in.Ino, err)
 		}
@@ -478,7 +487,7 @@ func (x *ext) register(name string, id byte) {
 	s := x.s
 	s.t.Helper()
 	s.do("register SSD-tier device "+name, nil, func() error {
-		got, err := s.p.RegisterTierDevice(format.TierDevice{UUID: [16]byte{id, 0xd, 0xe, 0xf}, Path: "/ssd/" + name})
+		got, err := embedding.Meta{S: s.p}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{id, 0xd, 0xe, 0xf}, Path: "/ssd/" + name})
 		if err == nil && got != format.DevID(id) {
 			err = fmt.Errorf("device id %d, want %d", got, id)
 		}
@@ -499,7 +508,7 @@ func (x *ext) createTable(path string, rows uint64, dim uint32, dtype uint8, sha
 		shards[i] = place(i)
 	}
 	s.do(fmt.Sprintf("create table %s (%d shards, %d descriptor blocks)", path, hdr.Shards, hdr.Blocks), nil, func() error {
-		return s.p.CreateTable(s.lookup(path), hdr, shards)
+		return embedding.Meta{S: s.p}.CreateTable(s.lookup(path), hdr, shards)
 	})
 }
 
@@ -510,14 +519,14 @@ func (x *ext) setShard(path string, i int, what string, change func(e *format.Sh
 	s.t.Helper()
 	s.do(fmt.Sprintf("%s: shard %d of %s", what, i, path), nil, func() error {
 		in := s.lookup(path)
-		shards, err := s.p.TableShards(in)
+		shards, err := embedding.Meta{S: s.p}.TableShards(in)
 		if err != nil {
 			return err
 		}
 		e := shards[i]
 		e.Gen++
 		change(&e)
-		return s.p.SetShard(in, i, e)
+		return embedding.Meta{S: s.p}.SetShard(in, i, e)
 	})
 }
 
