@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +24,6 @@ func TestFencesWithRecoveryCheck(t *testing.T) {
 	}
 	goTool := "go"
 	if p, err := exec.LookPath("go"); err == nil {
-		goTool = p
-	} else if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
 		goTool = p
 	}
 	run := func(timeout time.Duration, args ...string) (string, error) {

@@ -2,7 +2,6 @@ package sessioncrash_test
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
@@ -13,15 +12,6 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/tests/sessioncrash/srcdata"
 )
-
-// knownBug skips a test that reproduces an open dnnfs bug, unless
-// DNNFS_KNOWN_BUGS=1 (then it runs and fails until the bug is fixed).
-func knownBug(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("DNNFS_KNOWN_BUGS") != "1" {
-		t.Skip("BUG: " + why + " (DNNFS_KNOWN_BUGS=1 runs it)")
-	}
-}
 
 // hookMedium calls onFlush before each Flush of the wrapped medium.
 type hookMedium struct {
