@@ -275,6 +275,10 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 	d.space.shrink = func(size int64) error { return f.Truncate(size) }
 	buf := make([]byte, format.DevLabelSize)
 	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		d.close()
+		return nil, zero, false, fmt.Errorf("SSD backing file %s: reading its label: %w", path, err)
+	}
 	if n == 0 {
 		return d, zero, true, nil
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/dnnfs/dnnfs/embedding"
@@ -66,8 +65,6 @@ func parseSession(v string) (threads int, size uint64, mode uint32, err error) {
 	}
 	return threads, size, mode, nil
 }
-
-func isVirtual(name string) bool { return strings.HasPrefix(name, "user.dnnfs.") }
 
 // LockJSON is one lock in a queue.
 type LockJSON struct {
