@@ -1,5 +1,5 @@
 // Package client is the job side of dnnfs segmented-I/O sessions
-// (SEEDS.md §1b-1c): it saves a parameter file from N threads, each writing
+// (DESIGN.md §Two-layer log): it saves a parameter file from N threads, each writing
 // its own segment, and loads one back the same way, through the
 // user.dnnfs.session virtual xattr of a file on a dnnfs mount.
 //

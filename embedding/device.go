@@ -361,8 +361,8 @@ func (d *Device) enqueue(class int, ps ...*piece) {
 
 // next takes the next piece: weighted round-robin over the non-empty
 // class queues — a class's turn is up to its weight of pieces, then the
-// next non-empty class's — FIFO within each (the manager's rule, SEEDS.md
-// §2; weights 1,1,1 are plain round-robin).
+// next non-empty class's — FIFO within each (the manager's rule,
+// DESIGN.md §Size-aware scheduler; weights 1,1,1 are plain round-robin).
 func (d *Device) next() *piece {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()

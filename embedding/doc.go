@@ -1,5 +1,5 @@
 // Package embedding is dnnfs's SSD tier for the embedding tables of
-// recommendation models (SEEDS.md §2–§4): tables too big for the pool keep
+// recommendation models (DESIGN.md §Embedding tier): tables too big for the pool keep
 // their rows in backing files on SSD-tier devices, and every read of a
 // table — a plain pread through the mount or a batched, pooled lookup
 // through the table's request file — goes through a size-aware scheduler
@@ -13,11 +13,11 @@
 //   - Translation table: per table, shard i (a run of contiguous rows) ->
 //     (device, offset), plus an optional replica; stored in the pool
 //     (format.ShardEntry), journaled, checked by fsck.
-//   - Placement (SEEDS.md §3): a new shard goes to the device with the best
+//   - Placement (DESIGN.md §Placement): a new shard goes to the device with the best
 //     weighted score of free space, bandwidth and how few shards of the same
 //     table it already holds; freed shard space is reused best-fit first,
 //     and retained space above a threshold is punched out of the file.
-//   - Scheduler (SEEDS.md §2): a request's size class is its row count
+//   - Scheduler (DESIGN.md §Size-aware scheduler): a request's size class is its row count
 //     (default <=128, 129..512, >512 rows). The manager splits each request
 //     by the translation table into pieces (one device each, at most
 //     MaxPiece bytes) and queues them on their device in the request's

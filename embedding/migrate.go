@@ -13,7 +13,7 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 )
 
-// migrator is the background balancer (SEEDS.md §2 migration module).
+// migrator is the background balancer (DESIGN.md §Migration).
 type migrator struct {
 	mu    sync.Mutex // one balance pass or manual move at a time
 	last  time.Time

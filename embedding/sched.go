@@ -17,7 +17,7 @@ const maxClasses = 3
 type SchedMode int
 
 const (
-	// SizeAware: one queue per size class, round-robin (SEEDS.md §2).
+	// SizeAware: one queue per size class, round-robin (DESIGN.md §Size-aware scheduler).
 	SizeAware SchedMode = iota
 	// FIFO: one queue for everything, same loaders (the baseline).
 	FIFO

@@ -26,7 +26,7 @@ var ErrNoTier = errors.New("no SSD-tier device: mount with --ssd DIR to use embe
 // ErrNoSpace: no device has room for a shard.
 var ErrNoSpace = errors.New("no SSD-tier device has room")
 
-// Weights are the placement weights (SEEDS.md §3): free space, bandwidth,
+// Weights are the placement weights (DESIGN.md §Placement): free space, bandwidth,
 // and spread (negative weight on devices already holding shards of the
 // same table).
 type Weights struct{ Free, BW, Spread float64 }
@@ -344,7 +344,7 @@ func (t *Tier) Table(in *core.Inode) (*Table, bool) {
 }
 
 // CreateTable makes the empty regular file in a table of rows x dim of
-// dtype: shards are placed (SEEDS.md §3) and reserved, then the pool
+// dtype: shards are placed (DESIGN.md §Placement) and reserved, then the pool
 // records the translation table.
 func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8, shardBytes int64) error {
 	if shardBytes <= 0 {
@@ -390,8 +390,8 @@ func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8,
 	return nil
 }
 
-// place picks a device for span bytes by the weighted score of SEEDS.md
-// §3 and reserves the space there (best fit). counts are the table's
+// place picks a device for span bytes by the weighted score of DESIGN.md
+// §Placement and reserves the space there (best fit). counts are the table's
 // shards per device so far (placed of them); devices in exclude are
 // skipped.
 func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclude ...format.DevID) (*Device, int64, bool) {

@@ -761,7 +761,7 @@ func DecodeXattrs(b []byte) ([]Xattr, error) {
 }
 
 // ---------------------------------------------------------------------
-// Segmented-I/O session (two-layer log, SEEDS.md §1b)
+// Segmented-I/O session (DESIGN.md §Two-layer log)
 
 // Session fields in the inode's reserved area (FORMAT.md "Inode").
 const (
@@ -909,7 +909,7 @@ func (in *Inode) SetSessionFields(processNum, fFlag uint32, fLog Blk, size uint6
 
 // ---------------------------------------------------------------------
 // SSD tier: device registry, device label, embedding-table descriptor
-// (SEEDS.md §2, §3; FORMAT.md "SSD tier").
+// (DESIGN.md §Embedding tier; FORMAT.md "SSD tier").
 
 // INTable is the inode field naming an embedding table's descriptor.
 const INTable = 248 // u64 Blk of the table descriptor (InodeTable set), else 0

@@ -1,5 +1,5 @@
 // Package lock implements the per-thread byte-range locks of dnnfs
-// (SEEDS.md §1a): every open file has a run queue and a wait queue of
+// (DESIGN.md §Range locks): every open file has a run queue and a wait queue of
 // locks, each lock the tuple (thread id, start, end, next) plus a mode.
 //
 // Granting rule: a lock runs iff it conflicts with no lock in the run

@@ -152,8 +152,8 @@ func TestAbandonDuringTailPersist(t *testing.T) {
 }
 
 // TestOtherProcessIOIsNotProgress: a session's tails record how far the
-// job's threads got (SEEDS.md §1b: Tail_ptr is "the position up to which
-// that thread has completed its reads/writes in its segment"); I/O of
+// job's threads got (DESIGN.md §Two-layer log: the tail is the offset up to which
+// the segment's bytes are complete); I/O of
 // another application (another process: lockData routes it to the
 // whole-file lock) is not the job's progress. sessionProgress counts
 // every read or write of the file whoever made it (and TID 0 too), so a
