@@ -1,6 +1,3 @@
-// Package fs is the FUSE face of a dnnfs pool: go-fuse node operations
-// translating POSIX requests into core.FS calls. syscall.Errno appears
-// only here, at the boundary (errno.go maps pool errors).
 package fs
 
 import (
