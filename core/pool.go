@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
@@ -285,7 +286,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if rep.ReplayedRecs, err = fs.j.Replay(); err != nil {
 		return nil, nil, fmt.Errorf("journal replay: %w; run `dnnfs fsck --pool PATH`", err)
 	}
-	fs.alloc.init(sb.DataStart, sb.Blocks)
+	fs.alloc.m = alloc.New(sb.DataStart, sb.Blocks)
 	if err := fs.loadTier(); err != nil {
 		return nil, nil, fmt.Errorf("SSD-tier registry: %w; run `dnnfs fsck --pool PATH`", err)
 	}

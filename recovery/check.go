@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -117,7 +118,7 @@ type analysis struct {
 	v    *view
 	sb   format.Superblock
 	rep  *Report
-	used bitmap
+	used *alloc.Map // data blocks claimed so far; repairs allocate from it
 
 	fixes    []*fix
 	rewrites map[format.Ino]*fix // the one rewrite fix of each inode
@@ -151,7 +152,7 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 		recs = nil
 	}
 	a.v = newView(m.Bytes(), recs)
-	a.used = newBitmap(sb.DataStart, sb.Blocks)
+	a.used = alloc.New(sb.DataStart, sb.Blocks)
 
 	a.scanInodes()
 	a.claimBlocks()
@@ -177,8 +178,8 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 			a.rep.Files++
 		}
 	}
-	a.rep.UsedBlocks = a.used.count()
-	a.rep.FreeBlocks = a.used.n - a.rep.UsedBlocks
+	a.rep.UsedBlocks = a.used.Used()
+	a.rep.FreeBlocks = a.used.Free()
 	return a, nil
 }
 
@@ -334,7 +335,7 @@ func (a *analysis) tryClaim(ino format.Ino, cs []claim) string {
 	}
 	for _, c := range cs {
 		for k := uint64(0); k < c.n; k++ {
-			if b := c.phys + format.Blk(k); a.used.get(b) {
+			if b := c.phys + format.Blk(k); a.used.IsUsed(b) {
 				o := a.owner(b)
 				if o.ino == 0 {
 					return fmt.Sprintf("%s overlaps the %s", c, o)
@@ -344,7 +345,7 @@ func (a *analysis) tryClaim(ino format.Ino, cs []claim) string {
 		}
 	}
 	for _, c := range cs {
-		a.used.setRun(c.phys, c.n)
+		a.used.MarkUsed(c.phys, c.n) // checked free above
 	}
 	a.claims = append(a.claims, cs...)
 	return ""
@@ -631,7 +632,7 @@ func (a *analysis) unclaimTrimmed(in *inode, kept []format.Extent) {
 			}
 		}
 		if e.Len > keep {
-			a.used.clearRun(e.Phys+format.Blk(keep), e.Len-keep)
+			a.used.Release(e.Phys+format.Blk(keep), e.Len-keep)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package recovery
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -169,7 +168,7 @@ func (w *dirAdder) add(name string, ino format.Ino, typ uint8) error {
 		if n := len(w.exts); n > 0 {
 			goal = w.exts[n-1].Phys + format.Blk(w.exts[n-1].Len)
 		}
-		b, ok := w.a.used.alloc(goal)
+		b, ok := w.a.used.AllocContig(goal, 1)
 		if !ok {
 			return fmt.Errorf("growing directory %d: %w", w.in.ino, errNoSpace)
 		}
@@ -217,7 +216,7 @@ func (a *analysis) encodeExtents(in *inode, d *format.Inode, exts []format.Exten
 		if len(ovf) > 0 {
 			goal = ovf[len(ovf)-1] + 1
 		}
-		b, ok := a.used.alloc(goal)
+		b, ok := a.used.AllocContig(goal, 1)
 		if !ok {
 			return nil, fmt.Errorf("extent overflow block for inode %d: %w", in.ino, errNoSpace)
 		}
@@ -240,65 +239,4 @@ func (a *analysis) encodeExtents(in *inode, d *format.Inode, exts []format.Exten
 		recs = append(recs, rec{b.Off(), buf})
 	}
 	return recs, nil
-}
-
-// ---------------------------------------------------------------------
-// bitmap of the data region: 1 = owned by a live inode.
-
-type bitmap struct {
-	start format.Blk
-	n     uint64
-	w     []uint64
-}
-
-func newBitmap(start format.Blk, total uint64) bitmap {
-	n := total - uint64(start)
-	return bitmap{start: start, n: n, w: make([]uint64, (n+63)/64)}
-}
-
-func (b *bitmap) get(blk format.Blk) bool {
-	i := uint64(blk - b.start)
-	return b.w[i/64]&(1<<(i%64)) != 0
-}
-
-func (b *bitmap) setRun(blk format.Blk, n uint64) {
-	for i := uint64(blk - b.start); i < uint64(blk-b.start)+n; i++ {
-		b.w[i/64] |= 1 << (i % 64)
-	}
-}
-
-func (b *bitmap) clearRun(blk format.Blk, n uint64) {
-	for i := uint64(blk - b.start); i < uint64(blk-b.start)+n; i++ {
-		b.w[i/64] &^= 1 << (i % 64)
-	}
-}
-
-func (b *bitmap) count() uint64 {
-	var c int
-	for _, w := range b.w {
-		c += bits.OnesCount64(w)
-	}
-	return uint64(c)
-}
-
-// alloc takes the first free block at or after goal, else the first free
-// block at all.
-func (b *bitmap) alloc(goal format.Blk) (format.Blk, bool) {
-	from := uint64(0)
-	if goal >= b.start && uint64(goal-b.start) < b.n {
-		from = uint64(goal - b.start)
-	}
-	for _, r := range [][2]uint64{{from, b.n}, {0, from}} {
-		for i := r[0]; i < r[1]; i++ {
-			if w := b.w[i/64]; w == ^uint64(0) && i%64 == 0 {
-				i += 63
-				continue
-			}
-			if b.w[i/64]&(1<<(i%64)) == 0 {
-				b.w[i/64] |= 1 << (i % 64)
-				return b.start + format.Blk(i), true
-			}
-		}
-	}
-	return 0, false
 }
