@@ -222,17 +222,11 @@ func (c *change) putInode(in *Inode, d format.Inode) {
 }
 
 // putExtentsLocked stages a new extent list for in into d (inline part)
-// and overflow blocks, writing only overflow blocks whose bytes change.
+// and overflow blocks (format.EncodeExtents), writing only overflow
+// blocks whose bytes change.
 func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Extent) error {
 	fs := c.fs
-	d.Extents = uint32(len(exts))
-	d.Inline = [format.InlineExtents]format.Extent{}
-	copy(d.Inline[:], exts)
-	var rest []format.Extent
-	if len(exts) > format.InlineExtents {
-		rest = exts[format.InlineExtents:]
-	}
-	need := (len(rest) + format.OverflowSlot - 1) / format.OverflowSlot
+	need := format.OverflowBlocks(len(exts))
 	ovf := slices.Clone(in.ovf)
 	if need > len(ovf) {
 		goal := fs.sb.DataStart
@@ -251,24 +245,13 @@ func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Exte
 		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
 	}
 	ovf = ovf[:need]
-	d.Overflow = 0
-	if need > 0 {
-		d.Overflow = ovf[0]
-	}
-	buf := make([]byte, format.BlockSize)
 	media := fs.m.Bytes()
-	for i, b := range ovf {
-		chunk := rest[i*format.OverflowSlot : min(len(rest), (i+1)*format.OverflowSlot)]
-		var next Blk
-		if i+1 < len(ovf) {
-			next = ovf[i+1]
-		}
-		format.EncodeOverflow(buf, chunk, next)
+	format.EncodeExtents(d, exts, ovf, func(b Blk, block []byte) {
 		off := b.Off()
-		if !bytes.Equal(media[off:off+format.BlockSize], buf) {
-			c.tx.Write(off, buf)
+		if !bytes.Equal(media[off:off+format.BlockSize], block) {
+			c.tx.Write(off, block)
 		}
-	}
+	})
 	exts = slices.Clone(exts)
 	c.after = append(c.after, func() { in.exts = exts; in.ovf = ovf })
 	return nil

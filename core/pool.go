@@ -54,7 +54,7 @@ var (
 	ErrRange       = errors.New("buffer too small")
 	ErrTooBig      = errors.New("file too large")
 	ErrNotSupp     = errors.New("operation not supported")
-	ErrNotPool     = errors.New("not a dnnfs pool")
+	ErrNotPool     = format.ErrNotPool
 	ErrPerm        = errors.New("operation not permitted")
 	ErrLoop        = errors.New("too many links")
 	// ErrIO: the medium failed to make bytes durable (a failed flush).
@@ -226,22 +226,12 @@ func (fs *FS) materialize(b Blk, n uint64) error {
 // ReadSuperblock decodes the primary superblock, falling back to the
 // replica. primaryErr is the primary's problem when the replica was used.
 func ReadSuperblock(m pmem.Medium) (sb format.Superblock, primaryErr error, err error) {
-	b := m.Bytes()
-	if len(b) < 2*format.BlockSize {
-		return sb, nil, fmt.Errorf("%w: %d bytes is smaller than a superblock pair", ErrNotPool, len(b))
+	pair, err := format.DecodeSuperblockPair(m.Bytes(), m.Size())
+	if err != nil {
+		return sb, pair.PrimaryErr, err
 	}
-	sb, perr := format.DecodeSuperblock(b[format.SuperPrimary.Off():], m.Size())
-	if perr == nil {
-		return sb, nil, nil
-	}
-	sb, rerr := format.DecodeSuperblock(b[format.SuperReplica.Off():], m.Size())
-	if rerr == nil {
-		return sb, perr, nil
-	}
-	if errors.Is(perr, format.ErrBadMagic) && errors.Is(rerr, format.ErrBadMagic) {
-		return sb, perr, ErrNotPool
-	}
-	return sb, perr, fmt.Errorf("both superblocks are bad: primary (block 0): %v; replica (block 1): %v", perr, rerr)
+	sb, _ = pair.Use()
+	return sb, pair.PrimaryErr, nil
 }
 
 // writeSuperblock persists sb to the primary, then the replica, so one

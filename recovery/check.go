@@ -25,9 +25,9 @@ func isZero(b []byte) bool {
 	return bytes.Equal(b, zeros[:len(b)])
 }
 
-// maxFileBlocks bounds a file's block numbers: pool.MaxFileSize (1 PiB) in
-// blocks. recovery_test checks it against package core.
-const maxFileBlocks = (1 << 50) / format.BlockSize
+// maxFileBlocks bounds a file's block numbers: core.MaxFileSize (1 PiB)
+// in blocks. recovery_test checks it against package core.
+const maxFileBlocks = format.MaxFileBlocks
 
 // Repair phases, applied lowest first with a re-check in between.
 const (
@@ -238,48 +238,12 @@ func (a *analysis) scanInodes() {
 // chain. It returns why the inode is invalid, or "".
 func (a *analysis) loadExtents(in *inode) string {
 	d := &in.d
-	n := uint64(d.Extents)
-	exts := append([]format.Extent(nil), d.Inline[:min(n, format.InlineExtents)]...)
-	seen := map[format.Blk]bool{}
-	limit := n/format.OverflowSlot + 2 // what the mount code tolerates
-	for blk := d.Overflow; blk != 0; {
-		switch {
-		case uint64(len(in.ovf)) >= limit:
-			return fmt.Sprintf("extent overflow chain is longer than %d extents need", n)
-		case !a.sb.ValidData(blk, 1):
-			return fmt.Sprintf("extent overflow block %d lies outside the data region", blk)
-		case seen[blk]:
-			return fmt.Sprintf("extent overflow chain loops back to block %d", blk)
-		}
-		seen[blk] = true
-		in.ovf = append(in.ovf, blk)
-		more, next, err := format.DecodeOverflow(a.v.read(blk.Off(), format.BlockSize))
-		if err != nil {
-			return fmt.Sprintf("extent overflow block %d: %s", blk, errText(err, "extent block: "))
-		}
-		if uint64(len(exts)+len(more)) > n {
-			return fmt.Sprintf("extent overflow chain holds more than the %d extents the count says", n)
-		}
-		exts = append(exts, more...)
-		blk = next
-	}
-	if uint64(len(exts)) != n {
-		return fmt.Sprintf("%d extents stored, the count says %d", len(exts), n)
-	}
-	var prevEnd uint64
-	for i, e := range exts {
-		where := fmt.Sprintf("extent %d {file block %d, pool block %d, %d blocks}", i, e.Logical, e.Phys, e.Len)
-		switch {
-		case e.Len == 0:
-			return where + " is empty"
-		case e.Logical > maxFileBlocks || e.Len > maxFileBlocks-e.Logical:
-			return where + " lies past the largest file size"
-		case !a.sb.ValidData(e.Phys, e.Len):
-			return where + " lies outside the data region"
-		case i > 0 && e.Logical < prevEnd:
-			return where + " is out of order or overlaps the previous extent"
-		}
-		prevEnd = e.End()
+	exts, ovf, err := format.DecodeExtents(d, a.sb.ValidData, func(b format.Blk) []byte {
+		return a.v.read(b.Off(), format.BlockSize)
+	})
+	in.ovf = ovf
+	if err != nil {
+		return err.Error()
 	}
 	in.exts = exts
 	switch {

@@ -30,7 +30,6 @@
 package recovery
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -108,8 +107,9 @@ func (r *Report) Unrepairable() []Problem {
 	return ps
 }
 
-// ErrNotPool: neither superblock has the dnnfs magic.
-var ErrNotPool = errors.New("not a dnnfs pool")
+// ErrNotPool: neither superblock has the dnnfs magic (format.ErrNotPool,
+// which core.ErrNotPool is too).
+var ErrNotPool = format.ErrNotPool
 
 // Check verifies every structure of the pool on m without changing it.
 // The error is non-nil only when the check cannot run at all (not a pool,
@@ -204,7 +204,7 @@ func apply(m pmem.Medium, j *journal.Journal, fixes []*fix) ([]string, error) {
 		}
 		size := 0
 		for _, r := range recs {
-			size += format.RecHeader + (len(r.data)+7)&^7
+			size += format.RecordSize(len(r.data))
 		}
 		if size > j.Capacity() {
 			return done, fmt.Errorf("repair: %s: %d bytes of changes do not fit the %d-byte journal", f.what, size, j.Capacity())

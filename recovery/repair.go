@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -200,16 +201,10 @@ func (w *dirAdder) finish() ([]rec, error) {
 }
 
 // encodeExtents stores exts into d (inline part) and returns the overflow
-// blocks' records, reusing in's chain and allocating more if needed.
+// blocks' records (format.EncodeExtents), reusing in's chain and
+// allocating more if needed.
 func (a *analysis) encodeExtents(in *inode, d *format.Inode, exts []format.Extent) ([]rec, error) {
-	d.Extents = uint32(len(exts))
-	d.Inline = [format.InlineExtents]format.Extent{}
-	copy(d.Inline[:], exts)
-	var rest []format.Extent
-	if len(exts) > format.InlineExtents {
-		rest = exts[format.InlineExtents:]
-	}
-	need := (len(rest) + format.OverflowSlot - 1) / format.OverflowSlot
+	need := format.OverflowBlocks(len(exts))
 	ovf := append([]format.Blk(nil), in.ovf...)
 	for len(ovf) < need {
 		goal := a.sb.DataStart
@@ -222,21 +217,9 @@ func (a *analysis) encodeExtents(in *inode, d *format.Inode, exts []format.Exten
 		}
 		ovf = append(ovf, b)
 	}
-	ovf = ovf[:need]
-	d.Overflow = 0
-	if need > 0 {
-		d.Overflow = ovf[0]
-	}
 	var recs []rec
-	for i, b := range ovf {
-		chunk := rest[i*format.OverflowSlot : min(len(rest), (i+1)*format.OverflowSlot)]
-		var next format.Blk
-		if i+1 < len(ovf) {
-			next = ovf[i+1]
-		}
-		buf := make([]byte, format.BlockSize)
-		format.EncodeOverflow(buf, chunk, next)
-		recs = append(recs, rec{b.Off(), buf})
-	}
+	format.EncodeExtents(d, exts, ovf[:need], func(b format.Blk, block []byte) {
+		recs = append(recs, rec{b.Off(), bytes.Clone(block)})
+	})
 	return recs, nil
 }
