@@ -15,6 +15,7 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/lock"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // MaxFileSize bounds file sizes (and keeps block arithmetic far from
@@ -373,51 +374,22 @@ func (in *Inode) goalLocked(fb uint64) Blk {
 // ---------------------------------------------------------------------
 // Loading at mount.
 
-func (fs *FS) load() error {
-	b := fs.m.Bytes()
-	for ino := Ino(fs.sb.InodeCount - 1); ino >= 1; ino-- {
-		off := fs.sb.InodeOff(ino)
-		slot := b[off : off+format.InodeSize]
-		if format.IsZero(slot) {
-			fs.freeIno = append(fs.freeIno, ino)
-			continue
-		}
-		d, err := format.DecodeInode(slot)
-		if err != nil {
-			return fmt.Errorf("inode %d (byte %d): %w", ino, off, err)
-		}
-		in := &Inode{fs: fs, Ino: ino, d: d, typ: d.Mode & format.ModeType}
-		if err := fs.loadExtents(in); err != nil {
-			return fmt.Errorf("inode %d: %w", ino, err)
-		}
+// load builds the DRAM inodes from what recovery.Mount decoded: the
+// inode table, directory indexes, embedding tables and open sessions
+// (these two mark their own blocks used).
+func (fs *FS) load(st *recovery.State) error {
+	for _, r := range st.Inodes {
+		in := &Inode{fs: fs, Ino: r.Ino, d: r.D, typ: r.D.Mode & format.ModeType, exts: r.Exts, ovf: r.Ovf,
+			xattrs: r.Xattrs, xattrBlocks: r.XattrBlocks, refs: r.Refs, parent: r.Parent}
 		if err := fs.loadTable(in); err != nil {
-			return fmt.Errorf("inode %d: %w", ino, err)
+			return fmt.Errorf("inode %d: %w", r.Ino, err)
 		}
-		if d.Xattr != 0 {
-			var nb uint64
-			if fs.sb.ValidData(d.Xattr, 1) {
-				nb = uint64(format.XattrRegionBlocks(b[d.Xattr.Off():]))
-			}
-			if nb == 0 || !fs.sb.ValidData(d.Xattr, nb) || !fs.alloc.markUsed(d.Xattr, nb) {
-				return fmt.Errorf("inode %d: xattr region at block %d out of range or shared", ino, d.Xattr)
-			}
-			xo := d.Xattr.Off()
-			if in.xattrs, err = format.DecodeXattrs(b[xo : xo+format.Off(nb)*format.BlockSize]); err != nil {
-				return fmt.Errorf("inode %d: xattr region at block %d: %w", ino, d.Xattr, err)
-			}
-			in.xattrBlocks = nb
-		}
-		fs.inodes[ino] = in
+		fs.inodes[r.Ino] = in
 	}
-	root := fs.inodes[format.RootIno]
-	if root == nil || !root.IsDir() {
-		return fmt.Errorf("%w: root inode %d is not a directory", format.ErrCorrupt, format.RootIno)
-	}
-	for _, in := range fs.inodes {
+	for _, r := range st.Inodes {
+		in := fs.inodes[r.Ino]
 		if in.IsDir() {
-			if err := fs.loadDir(in); err != nil {
-				return fmt.Errorf("directory inode %d: %w", in.Ino, err)
-			}
+			fs.loadDir(in, r.Entries)
 		} else if err := fs.loadSession(in); err != nil {
 			return fmt.Errorf("inode %d: session: %w", in.Ino, err)
 		}
@@ -433,45 +405,6 @@ func (c *change) freeSessionBlocks(in *Inode) {
 			format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
 		c.after = append(c.after, func() { in.sess.Store(nil) })
 	}
-}
-
-func (fs *FS) loadExtents(in *Inode) error {
-	d := &in.d
-	n := int(d.Extents)
-	exts := make([]format.Extent, 0, n)
-	exts = append(exts, d.Inline[:min(n, format.InlineExtents)]...)
-	b := fs.m.Bytes()
-	for blk := d.Overflow; blk != 0; {
-		if len(in.ovf) > n/format.OverflowSlot+1 || !fs.sb.ValidData(blk, 1) {
-			return fmt.Errorf("extent overflow chain: block %d out of range or looping", blk)
-		}
-		if !fs.alloc.markUsed(blk, 1) {
-			return fmt.Errorf("extent overflow block %d is used twice", blk)
-		}
-		in.ovf = append(in.ovf, blk)
-		more, next, err := format.DecodeOverflow(b[blk.Off() : blk.Off()+format.BlockSize])
-		if err != nil {
-			return fmt.Errorf("extent overflow block %d: %w", blk, err)
-		}
-		exts = append(exts, more...)
-		blk = next
-	}
-	if len(exts) != n {
-		return fmt.Errorf("%w: %d extents stored, count says %d", format.ErrCorrupt, len(exts), n)
-	}
-	var prevEnd uint64
-	for i, e := range exts {
-		if e.Len == 0 || e.Len > MaxFileSize/format.BlockSize || e.Logical > MaxFileSize/format.BlockSize ||
-			(i > 0 && e.Logical < prevEnd) || e.End() > MaxFileSize/format.BlockSize || !fs.sb.ValidData(e.Phys, e.Len) {
-			return fmt.Errorf("%w: extent %d {file block %d, pool block %d, %d blocks} invalid or out of order", format.ErrCorrupt, i, e.Logical, e.Phys, e.Len)
-		}
-		if !fs.alloc.markUsed(e.Phys, e.Len) {
-			return fmt.Errorf("%w: extent %d: pool blocks %d..%d are used twice", format.ErrCorrupt, i, e.Phys, uint64(e.Phys)+e.Len-1)
-		}
-		prevEnd = e.End()
-	}
-	in.exts = exts
-	return nil
 }
 
 // newIno takes a free inode slot.

@@ -277,19 +277,3 @@ func (fs *FS) RegisterTierDevice(d format.TierDevice) (format.DevID, error) {
 	fs.tier = devs
 	return format.DevID(len(devs)), nil
 }
-
-// loadTier decodes the registry at mount.
-func (fs *FS) loadTier() error {
-	if fs.sb.Tier == 0 {
-		return nil
-	}
-	if !fs.alloc.markUsed(fs.sb.Tier, 1) {
-		return fmt.Errorf("%w: SSD-tier registry block %d is used twice", format.ErrCorrupt, fs.sb.Tier)
-	}
-	devs, err := format.DecodeTier(fs.m.Bytes()[fs.sb.Tier.Off():])
-	if err != nil {
-		return err
-	}
-	fs.tier = devs
-	return nil
-}

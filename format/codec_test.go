@@ -313,3 +313,81 @@ func FuzzDecodeSuperblockPair(f *testing.F) {
 		}
 	})
 }
+
+// xregionPool holds an xattr region at block 100 of a data region
+// [100, hi).
+func xregionPool(xs []Xattr, hi Blk) (*extentPool, uint64) {
+	nb := XattrBlocks(xs)
+	b := make([]byte, nb*BlockSize)
+	EncodeXattrs(b, xs)
+	p := &extentPool{blocks: map[Blk][]byte{}, lo: 100, hi: hi}
+	for i := 0; i < nb; i++ {
+		p.blocks[Blk(100+i)] = b[i*BlockSize : (i+1)*BlockSize]
+	}
+	return p, uint64(nb)
+}
+
+func (p *extentPool) readRun(b Blk, n uint64) []byte {
+	var out []byte
+	for k := Blk(0); k < Blk(n); k++ {
+		out = append(out, p.read(b+k)...)
+	}
+	return out
+}
+
+func TestXattrRegionRoundTrip(t *testing.T) {
+	xs := []Xattr{{Name: "user.a", Value: []byte("1")}, {Name: "user.big", Value: bytes.Repeat([]byte{7}, 3*BlockSize)}}
+	p, nb := xregionPool(xs, 1000)
+	got, gotNB, err := DecodeXattrRegion(100, p.valid, p.readRun)
+	if err != nil || gotNB != nb || !reflect.DeepEqual(got, xs) {
+		t.Fatalf("round trip: %v (%d blocks, want %d)", err, gotNB, nb)
+	}
+	if _, _, err := DecodeXattrRegion(50, p.valid, p.readRun); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("region outside the data region: %v", err)
+	}
+	p.hi = 102 // the region runs past the data region
+	if _, _, err := DecodeXattrRegion(100, p.valid, p.readRun); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("region past the data region: %v", err)
+	}
+	p.hi = 1000
+	p.blocks[101][9] ^= 1
+	if _, _, err := DecodeXattrRegion(100, p.valid, p.readRun); !errors.Is(err, ErrBadChecksum) {
+		t.Fatalf("torn region: %v", err)
+	}
+}
+
+func FuzzDecodeXattrRegion(f *testing.F) {
+	p, _ := xregionPool([]Xattr{{Name: "user.x", Value: []byte("hello")}}, 1000)
+	f.Add(p.read(100), uint16(1000), true)
+	f.Add(make([]byte, XAEntries), uint16(101), false)
+	f.Fuzz(func(t *testing.T, first []byte, hi uint16, fixCRC bool) {
+		region := make([]byte, XAMaxBlocks*BlockSize)
+		copy(region, first)
+		if fixCRC {
+			if nb := XattrRegionBlocks(region); nb >= 1 && nb <= XAMaxBlocks {
+				le.PutUint32(region[XACRC:], Checksum(region[4:nb*BlockSize]))
+			}
+		}
+		valid := func(b Blk, n uint64) bool { return b >= 100 && uint64(b)+n <= uint64(hi) }
+		read := func(b Blk, n uint64) []byte {
+			o := int(b-100) * BlockSize
+			return region[o : o+int(n)*BlockSize]
+		}
+		xs, nb, err := DecodeXattrRegion(100, valid, read)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrBadChecksum) {
+				t.Fatalf("error %v wraps neither ErrCorrupt nor ErrBadChecksum", err)
+			}
+			return
+		}
+		if !valid(100, nb) {
+			t.Fatalf("decoded a region of %d blocks past the data region", nb)
+		}
+		again := make([]byte, XattrBlocks(xs)*BlockSize)
+		EncodeXattrs(again, xs)
+		back, err := DecodeXattrs(again)
+		if err != nil || len(back) != len(xs) {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}

@@ -51,12 +51,23 @@ func EncodeExtents(d *Inode, exts []Extent, ovf []Blk, put func(b Blk, block []b
 	}
 }
 
-// extentError is a damaged extent list. Its text says what is wrong in
-// words a checker shows as is; it wraps ErrCorrupt.
-type extentError struct{ why string }
+// damageError is a damaged structure found by a reader that follows
+// pointers (extent lists, xattr regions). Its text says what is wrong in
+// words a checker shows as is; it wraps err (ErrCorrupt when nil).
+type damageError struct {
+	why string
+	err error
+}
 
-func (e *extentError) Error() string { return e.why }
-func (e *extentError) Unwrap() error { return ErrCorrupt }
+func damaged(err error, f string, args ...any) error {
+	if err == nil {
+		err = ErrCorrupt
+	}
+	return &damageError{fmt.Sprintf(f, args...), err}
+}
+
+func (e *damageError) Error() string { return e.why }
+func (e *damageError) Unwrap() error { return e.err }
 
 // DecodeExtents collects d's extent list: the inline part and the overflow
 // chain, whose blocks read returns (BlockSize bytes). It checks what makes
@@ -67,7 +78,7 @@ func (e *extentError) Unwrap() error { return ErrCorrupt }
 // error (as far as it was read). Errors wrap ErrCorrupt.
 func DecodeExtents(d *Inode, valid func(b Blk, n uint64) bool, read func(b Blk) []byte) (exts []Extent, ovf []Blk, err error) {
 	bad := func(f string, args ...any) ([]Extent, []Blk, error) {
-		return nil, ovf, &extentError{fmt.Sprintf(f, args...)}
+		return nil, ovf, damaged(nil, f, args...)
 	}
 	n := uint64(d.Extents)
 	exts = append([]Extent(nil), d.Inline[:min(n, InlineExtents)]...)

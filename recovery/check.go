@@ -183,6 +183,11 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 	return a, nil
 }
 
+// readBlocks returns blocks [b, b+n) as replay would leave them.
+func (a *analysis) readBlocks(b format.Blk, n uint64) []byte {
+	return a.v.read(b.Off(), int(n)*format.BlockSize)
+}
+
 func (a *analysis) problem(p Problem) { a.rep.Problems = append(a.rep.Problems, p) }
 
 func (a *analysis) addFix(phase int, what string, build func() ([]rec, []string, error)) {
@@ -238,9 +243,7 @@ func (a *analysis) scanInodes() {
 // chain. It returns why the inode is invalid, or "".
 func (a *analysis) loadExtents(in *inode) string {
 	d := &in.d
-	exts, ovf, err := format.DecodeExtents(d, a.sb.ValidData, func(b format.Blk) []byte {
-		return a.v.read(b.Off(), format.BlockSize)
-	})
+	exts, ovf, err := format.DecodeExtents(d, a.sb.ValidData, func(b format.Blk) []byte { return a.readBlocks(b, 1) })
 	in.ovf = ovf
 	if err != nil {
 		return err.Error()
@@ -333,24 +336,11 @@ func (a *analysis) checkXattrs() {
 			continue
 		}
 		var why string
-		var nb uint64
-		if a.sb.ValidData(x, 1) {
-			nb = uint64(format.XattrRegionBlocks(a.v.read(x.Off(), format.BlockSize)))
-		}
-		switch {
-		case !a.sb.ValidData(x, 1):
-			why = fmt.Sprintf("xattr region at block %d lies outside the data region", x)
-		case nb < 1 || nb > format.XAMaxBlocks:
-			why = fmt.Sprintf("xattr region at block %d claims %d blocks (1..%d)", x, nb, format.XAMaxBlocks)
-		case !a.sb.ValidData(x, nb):
-			why = fmt.Sprintf("xattr region at block %d (%d blocks) runs past the data region", x, nb)
-		}
-		if why == "" {
-			if _, err := format.DecodeXattrs(a.v.read(x.Off(), int(nb)*format.BlockSize)); err != nil {
-				why = fmt.Sprintf("xattr region at block %d: %s", x, errText(err, "xattr region: "))
-			} else if w := a.tryClaim(in.ino, []claim{{in.ino, x, nb, "xattr region"}}); w != "" {
-				why = w
-			}
+		_, nb, err := format.DecodeXattrRegion(x, a.sb.ValidData, a.readBlocks)
+		if err != nil {
+			why = err.Error()
+		} else if w := a.tryClaim(in.ino, []claim{{in.ino, x, nb, "xattr region"}}); w != "" {
+			why = w
 		}
 		if why != "" {
 			a.inodeProblem(in, why+"; Repair drops the inode's extended attributes")
