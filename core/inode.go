@@ -19,8 +19,8 @@ import (
 )
 
 // MaxFileSize bounds file sizes (and keeps block arithmetic far from
-// overflow).
-const MaxFileSize = 1 << 50
+// overflow); extents past it do not decode (format.MaxFileBlocks).
+const MaxFileSize = format.MaxFileBlocks * format.BlockSize
 
 // Inode is the DRAM state of one live inode.
 type Inode struct {

@@ -16,7 +16,7 @@
 //	               (namespace operations are the only multi-inode lockers, and nsMu serialises them)
 //	FS.imu         inode table (the Ino -> *Inode map and free slots)
 //	journal        one transaction at a time (journal.Journal.mu)
-//	allocator      free-block bitmap (allocator.mu)
+//	allocator      free-block map (alloc.Map.mu)
 //
 // Functions whose name ends in Locked expect Inode.mu of their receiver held.
 package core

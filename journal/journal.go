@@ -1,5 +1,6 @@
 // Package journal makes metadata changes atomic across a crash with a
-// physical redo log in the pool's journal region.
+// physical redo log in the pool's journal region. The transaction codec
+// is format.EncodeTx/DecodeTx, which the checker decodes with too.
 //
 // A transaction is a list of (pool offset, bytes) records. Commit:
 //
@@ -74,7 +75,6 @@ type Journal struct {
 
 	mu        sync.Mutex // serialises transactions; see the lock order in pool
 	seq       uint64
-	buf       []byte
 	unsettled bool // a persist of the header failed; see the package comment
 
 	commits atomic.Uint64

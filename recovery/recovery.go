@@ -1,10 +1,19 @@
-// Package recovery checks (fsck) and repairs a dnnfs pool.
+// Package recovery reads a dnnfs pool after a crash: Mount (mount-time
+// replay and rebuild, for package core), Check (fsck) and Repair.
 //
-// The checker is independent of the mount code: it decodes the media with
-// the codecs of package format only and re-derives every invariant the
-// file system relies on (see FORMAT.md), so a bug in package core that
-// writes a bad structure is caught here rather than trusted. It never
-// calls core.Open.
+// Mount reads the superblock pair, replays a committed journal
+// transaction, decodes the inode table and rebuilds free space; it refuses
+// a pool whose structures do not decode and leaves the full diagnosis to
+// Check. It hands core what core needs for its DRAM indexes and changes
+// nothing but the journal's replay: freeing orphans is core's, through
+// the journal.
+//
+// The checker does not trust the mount code: it shares only the codecs of
+// package format (one per on-media structure, the same ones the runtime
+// uses) and re-derives every invariant the file system relies on (see
+// FORMAT.md), so a bug in package core that writes a bad structure is
+// caught here rather than trusted. It never calls Mount or core.Open.
+// recovery must not import core (core imports it).
 //
 // Check never stores into the medium: a committed journal transaction is
 // replayed into an in-memory overlay that every read goes through, so it
