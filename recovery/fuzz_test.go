@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"sync"
@@ -223,8 +224,8 @@ func (s *fuzzSeed) damage(b []byte, ops []byte) {
 	}
 }
 
-// FuzzCheck damages a populated pool's metadata and requires that Check
-// and Repair never panic, that Repair leaves a pool Check finds clean,
+// FuzzCheck damages a populated pool's metadata and requires that Mount,
+// Check and Repair never panic, that Repair leaves a pool Check finds clean,
 // and that the mount code accepts it.
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte{})
@@ -271,6 +272,11 @@ func (s *fuzzSeed) fuzz(t *testing.T, ops []byte) {
 	copy(s.scratch, s.img)
 	m := sliceMedium(s.scratch)
 	s.damage(m, ops)
+	// Mount reads the damaged pool as a mount would: it may refuse it,
+	// never panic. It replays the journal, so it gets a copy.
+	if st, err := recovery.Mount(sliceMedium(bytes.Clone(s.scratch))); err == nil && st.SB.Blocks == 0 {
+		t.Fatalf("%s: Mount succeeded with an empty superblock", s.name)
+	}
 	r, cerr := recovery.Check(m)
 	rr, rerr := recovery.Repair(m)
 	if cerr != nil {

@@ -197,40 +197,46 @@ func (st *State) loadExtents(in *Inode, read func(format.Blk, uint64) []byte) er
 }
 
 // scanDir reads a directory's slots: every used one must name a live
-// inode, once per directory, and a directory may have one parent.
+// inode, once per directory, and a directory may have one parent. Only
+// mapped blocks are read (a hole reads as free slots), so a damaged size
+// cannot make the scan run long.
 func scanDir(dir *Inode, live map[format.Ino]*Inode, b []byte) error {
+	nb := dir.D.Size / format.BlockSize
+	if n := len(dir.Exts); nb > 0 && (n == 0 || dir.Exts[n-1].End() < nb) {
+		return fmt.Errorf("%w: directory size %d runs past its last mapped block", format.ErrCorrupt, dir.D.Size)
+	}
 	names := map[string]bool{}
-	nslots := dir.D.Size / format.BlockSize * format.DirentsPerBlock
-	for s := uint64(0); s < nslots; s++ {
-		lo := format.DirentOff(s)
-		phys, ok := lookup(dir.Exts, lo/format.BlockSize)
-		if !ok {
-			continue // hole in a directory: reads as free slots
-		}
-		off := phys.Off() + format.Off(lo%format.BlockSize)
-		de, used, err := format.DecodeDirent(b[off : off+format.DirentSize])
-		if err != nil {
-			return fmt.Errorf("slot %d (byte %d): %w", s, off, err)
-		}
-		if !used {
-			continue
-		}
-		child := live[de.Ino]
-		if child == nil {
-			return fmt.Errorf("entry %q names free inode %d", de.Name, de.Ino)
-		}
-		if names[de.Name] {
-			return fmt.Errorf("entry %q appears twice", de.Name)
-		}
-		names[de.Name] = true
-		child.Refs++
-		if child.D.IsDir() {
-			if child.Parent != 0 {
-				return fmt.Errorf("directory inode %d has two parents (%d and %d)", de.Ino, child.Parent, dir.Ino)
+	for _, e := range dir.Exts {
+		for k := e.Logical; k < min(e.End(), nb); k++ {
+			phys := e.Phys + format.Blk(k-e.Logical)
+			for i := uint64(0); i < format.DirentsPerBlock; i++ {
+				s := k*format.DirentsPerBlock + i
+				off := phys.Off() + format.Off(i*format.DirentSize)
+				de, used, err := format.DecodeDirent(b[off : off+format.DirentSize])
+				if err != nil {
+					return fmt.Errorf("slot %d (byte %d): %w", s, off, err)
+				}
+				if !used {
+					continue
+				}
+				child := live[de.Ino]
+				if child == nil {
+					return fmt.Errorf("entry %q names free inode %d", de.Name, de.Ino)
+				}
+				if names[de.Name] {
+					return fmt.Errorf("entry %q appears twice", de.Name)
+				}
+				names[de.Name] = true
+				child.Refs++
+				if child.D.IsDir() {
+					if child.Parent != 0 {
+						return fmt.Errorf("directory inode %d has two parents (%d and %d)", de.Ino, child.Parent, dir.Ino)
+					}
+					child.Parent = dir.Ino
+				}
+				dir.Entries = append(dir.Entries, Entry{Slot: s, Dirent: de})
 			}
-			child.Parent = dir.Ino
 		}
-		dir.Entries = append(dir.Entries, Entry{Slot: s, Dirent: de})
 	}
 	return nil
 }
