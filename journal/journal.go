@@ -145,6 +145,19 @@ func (j *Journal) Replay() (int, error) {
 	return len(recs), nil
 }
 
+// Discard retires a committed transaction without applying it: for the
+// checker's repair of a transaction that fails to decode (ErrBadJournal),
+// whose records cannot be trusted. The change it carried is lost.
+func (j *Journal) Discard() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.retireLocked(); err != nil {
+		return err
+	}
+	j.unsettled = false
+	return nil
+}
+
 // settleLocked finishes what a failed persist left: the transaction its
 // commit word names, if any, is applied again, and the word is persisted
 // as 0.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
@@ -144,10 +142,8 @@ func repairJournal(m pmem.Medium, sb *format.Superblock) (*journal.Journal, []st
 	}
 	if len(probs) > 0 {
 		// Damaged: retire it without applying anything.
-		word := (*uint64)(unsafe.Pointer(&m.Bytes()[start+format.JHCommit]))
-		atomic.StoreUint64(word, 0)
-		if err := m.Persist(int64(start+format.JHCommit), 8); err != nil {
-			return nil, done, fmt.Errorf("%s: retiring: %w", journalName(sb), err)
+		if err := j.Discard(); err != nil {
+			return nil, done, fmt.Errorf("%s: %w", journalName(sb), err)
 		}
 		return j, append(done, journalName(sb)+": "+probs[0].What), nil
 	}
