@@ -265,16 +265,7 @@ func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Exte
 // blocks are contiguous from there, or !ok with the hole's length (0 =
 // no extent after fb).
 func (in *Inode) lookupLocked(fb uint64) (phys Blk, n uint64, ok bool) {
-	exts := in.exts
-	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
-	if i == len(exts) {
-		return 0, 0, false
-	}
-	e := exts[i]
-	if e.Logical <= fb {
-		return e.Phys + Blk(fb-e.Logical), e.End() - fb, true
-	}
-	return 0, e.Logical - fb, false
+	return format.MapBlock(in.exts, fb)
 }
 
 // mergeExtents returns exts with add (which must not overlap exts)

@@ -391,3 +391,18 @@ func FuzzDecodeXattrRegion(f *testing.F) {
 		}
 	})
 }
+
+func TestMapBlock(t *testing.T) {
+	exts := []Extent{{Logical: 2, Phys: 100, Len: 3}, {Logical: 10, Phys: 50, Len: 1}}
+	for _, c := range []struct {
+		fb   uint64
+		phys Blk
+		n    uint64
+		ok   bool
+	}{{0, 0, 2, false}, {2, 100, 3, true}, {4, 102, 1, true}, {5, 0, 5, false}, {10, 50, 1, true}, {11, 0, 0, false}} {
+		phys, n, ok := MapBlock(exts, c.fb)
+		if phys != c.phys || n != c.n || ok != c.ok {
+			t.Errorf("MapBlock(%d) = %d, %d, %v; want %d, %d, %v", c.fb, phys, n, ok, c.phys, c.n, c.ok)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package format
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // MaxFileBlocks bounds a file's block numbers (1 PiB in blocks): an
 // extent past it is corrupt, and block arithmetic stays far from overflow.
@@ -131,4 +134,19 @@ func trimPrefix(s, p string) string {
 		return s[len(p):]
 	}
 	return s
+}
+
+// MapBlock maps file block fb through exts (sorted by Logical, disjoint):
+// ok with the pool block and how many blocks are contiguous from there,
+// or !ok with the hole's length (0: no extent after fb).
+func MapBlock(exts []Extent, fb uint64) (phys Blk, n uint64, ok bool) {
+	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
+	if i == len(exts) {
+		return 0, 0, false
+	}
+	e := exts[i]
+	if e.Logical <= fb {
+		return e.Phys + Blk(fb-e.Logical), e.End() - fb, true
+	}
+	return 0, e.Logical - fb, false
 }

@@ -608,11 +608,8 @@ func trimExtents(exts []format.Extent, nb uint64) []format.Extent {
 
 // lookup maps file block fb through sorted extents.
 func lookup(exts []format.Extent, fb uint64) (format.Blk, bool) {
-	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
-	if i == len(exts) || exts[i].Logical > fb {
-		return 0, false
-	}
-	return exts[i].Phys + format.Blk(fb-exts[i].Logical), true
+	phys, _, ok := format.MapBlock(exts, fb)
+	return phys, ok
 }
 
 // mergeExtents inserts e (not overlapping) into sorted exts, merging
