@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // dirIndex is the DRAM index of a directory's entry slots.
@@ -24,46 +25,18 @@ type dirEntry struct {
 
 func newDirIndex() *dirIndex { return &dirIndex{names: map[string]dirEntry{}} }
 
-// loadDir reads a directory's slots at mount.
-func (fs *FS) loadDir(in *Inode) error {
+// loadDir builds a directory's index at mount from its used slots
+// (recovery.Mount read and checked them).
+func (fs *FS) loadDir(in *Inode, entries []recovery.Entry) {
 	in.dir = newDirIndex()
-	if in.Ino == format.RootIno {
-		in.parent = format.RootIno
-	}
-	nslots := in.d.Size / format.BlockSize * format.DirentsPerBlock
-	in.dir.slots = make([]string, nslots)
-	b := fs.m.Bytes()
-	for s := uint64(0); s < nslots; s++ {
-		off, ok := in.slotOffLocked(s)
-		if !ok {
-			continue // hole in a directory: reads as free slots
-		}
-		de, used, err := format.DecodeDirent(b[off : off+format.DirentSize])
-		if err != nil {
-			return fmt.Errorf("slot %d (byte %d): %w", s, off, err)
-		}
-		if !used {
-			continue
-		}
-		child := fs.inodes[de.Ino]
-		if child == nil {
-			return fmt.Errorf("entry %q names free inode %d", de.Name, de.Ino)
-		}
-		if _, dup := in.dir.names[de.Name]; dup {
-			return fmt.Errorf("entry %q appears twice", de.Name)
-		}
-		child.refs++
-		in.dir.names[de.Name] = dirEntry{ino: de.Ino, slot: s, typ: de.Type}
-		in.dir.slots[s] = de.Name
-		if child.IsDir() {
-			if child.parent != 0 {
-				return fmt.Errorf("directory inode %d has two parents (%d and %d)", de.Ino, child.parent, in.Ino)
-			}
-			child.parent = in.Ino
+	in.dir.slots = make([]string, in.d.Size/format.BlockSize*format.DirentsPerBlock)
+	for _, e := range entries {
+		in.dir.names[e.Name] = dirEntry{ino: e.Ino, slot: e.Slot, typ: e.Type}
+		in.dir.slots[e.Slot] = e.Name
+		if child := fs.inodes[e.Ino]; child != nil && child.IsDir() {
 			in.dir.nsub++
 		}
 	}
-	return nil
 }
 
 // slotOffLocked is the pool byte offset of directory slot s.

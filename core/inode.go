@@ -15,11 +15,12 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/lock"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // MaxFileSize bounds file sizes (and keeps block arithmetic far from
-// overflow).
-const MaxFileSize = 1 << 50
+// overflow); extents past it do not decode (format.MaxFileBlocks).
+const MaxFileSize = format.MaxFileBlocks * format.BlockSize
 
 // Inode is the DRAM state of one live inode.
 type Inode struct {
@@ -222,17 +223,11 @@ func (c *change) putInode(in *Inode, d format.Inode) {
 }
 
 // putExtentsLocked stages a new extent list for in into d (inline part)
-// and overflow blocks, writing only overflow blocks whose bytes change.
+// and overflow blocks (format.EncodeExtents), writing only overflow
+// blocks whose bytes change.
 func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Extent) error {
 	fs := c.fs
-	d.Extents = uint32(len(exts))
-	d.Inline = [format.InlineExtents]format.Extent{}
-	copy(d.Inline[:], exts)
-	var rest []format.Extent
-	if len(exts) > format.InlineExtents {
-		rest = exts[format.InlineExtents:]
-	}
-	need := (len(rest) + format.OverflowSlot - 1) / format.OverflowSlot
+	need := format.OverflowBlocks(len(exts))
 	ovf := slices.Clone(in.ovf)
 	if need > len(ovf) {
 		goal := fs.sb.DataStart
@@ -251,24 +246,13 @@ func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Exte
 		c.freed = append(c.freed, format.Extent{Phys: b, Len: 1})
 	}
 	ovf = ovf[:need]
-	d.Overflow = 0
-	if need > 0 {
-		d.Overflow = ovf[0]
-	}
-	buf := make([]byte, format.BlockSize)
 	media := fs.m.Bytes()
-	for i, b := range ovf {
-		chunk := rest[i*format.OverflowSlot : min(len(rest), (i+1)*format.OverflowSlot)]
-		var next Blk
-		if i+1 < len(ovf) {
-			next = ovf[i+1]
-		}
-		format.EncodeOverflow(buf, chunk, next)
+	format.EncodeExtents(d, exts, ovf, func(b Blk, block []byte) {
 		off := b.Off()
-		if !bytes.Equal(media[off:off+format.BlockSize], buf) {
-			c.tx.Write(off, buf)
+		if !bytes.Equal(media[off:off+format.BlockSize], block) {
+			c.tx.Write(off, block)
 		}
-	}
+	})
 	exts = slices.Clone(exts)
 	c.after = append(c.after, func() { in.exts = exts; in.ovf = ovf })
 	return nil
@@ -281,16 +265,7 @@ func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Exte
 // blocks are contiguous from there, or !ok with the hole's length (0 =
 // no extent after fb).
 func (in *Inode) lookupLocked(fb uint64) (phys Blk, n uint64, ok bool) {
-	exts := in.exts
-	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
-	if i == len(exts) {
-		return 0, 0, false
-	}
-	e := exts[i]
-	if e.Logical <= fb {
-		return e.Phys + Blk(fb-e.Logical), e.End() - fb, true
-	}
-	return 0, e.Logical - fb, false
+	return format.MapBlock(in.exts, fb)
 }
 
 // mergeExtents returns exts with add (which must not overlap exts)
@@ -390,51 +365,22 @@ func (in *Inode) goalLocked(fb uint64) Blk {
 // ---------------------------------------------------------------------
 // Loading at mount.
 
-func (fs *FS) load() error {
-	b := fs.m.Bytes()
-	for ino := Ino(fs.sb.InodeCount - 1); ino >= 1; ino-- {
-		off := fs.sb.InodeOff(ino)
-		slot := b[off : off+format.InodeSize]
-		if format.IsZero(slot) {
-			fs.freeIno = append(fs.freeIno, ino)
-			continue
-		}
-		d, err := format.DecodeInode(slot)
-		if err != nil {
-			return fmt.Errorf("inode %d (byte %d): %w", ino, off, err)
-		}
-		in := &Inode{fs: fs, Ino: ino, d: d, typ: d.Mode & format.ModeType}
-		if err := fs.loadExtents(in); err != nil {
-			return fmt.Errorf("inode %d: %w", ino, err)
-		}
+// load builds the DRAM inodes from what recovery.Mount decoded: the
+// inode table, directory indexes, embedding tables and open sessions
+// (these two mark their own blocks used).
+func (fs *FS) load(st *recovery.State) error {
+	for _, r := range st.Inodes {
+		in := &Inode{fs: fs, Ino: r.Ino, d: r.D, typ: r.D.Mode & format.ModeType, exts: r.Exts, ovf: r.Ovf,
+			xattrs: r.Xattrs, xattrBlocks: r.XattrBlocks, refs: r.Refs, parent: r.Parent}
 		if err := fs.loadTable(in); err != nil {
-			return fmt.Errorf("inode %d: %w", ino, err)
+			return fmt.Errorf("inode %d: %w", r.Ino, err)
 		}
-		if d.Xattr != 0 {
-			var nb uint64
-			if fs.sb.ValidData(d.Xattr, 1) {
-				nb = uint64(format.XattrRegionBlocks(b[d.Xattr.Off():]))
-			}
-			if nb == 0 || !fs.sb.ValidData(d.Xattr, nb) || !fs.alloc.markUsed(d.Xattr, nb) {
-				return fmt.Errorf("inode %d: xattr region at block %d out of range or shared", ino, d.Xattr)
-			}
-			xo := d.Xattr.Off()
-			if in.xattrs, err = format.DecodeXattrs(b[xo : xo+format.Off(nb)*format.BlockSize]); err != nil {
-				return fmt.Errorf("inode %d: xattr region at block %d: %w", ino, d.Xattr, err)
-			}
-			in.xattrBlocks = nb
-		}
-		fs.inodes[ino] = in
+		fs.inodes[r.Ino] = in
 	}
-	root := fs.inodes[format.RootIno]
-	if root == nil || !root.IsDir() {
-		return fmt.Errorf("%w: root inode %d is not a directory", format.ErrCorrupt, format.RootIno)
-	}
-	for _, in := range fs.inodes {
+	for _, r := range st.Inodes {
+		in := fs.inodes[r.Ino]
 		if in.IsDir() {
-			if err := fs.loadDir(in); err != nil {
-				return fmt.Errorf("directory inode %d: %w", in.Ino, err)
-			}
+			fs.loadDir(in, r.Entries)
 		} else if err := fs.loadSession(in); err != nil {
 			return fmt.Errorf("inode %d: session: %w", in.Ino, err)
 		}
@@ -449,45 +395,6 @@ func (c *change) freeSessionBlocks(in *Inode) {
 		c.freed = append(c.freed, s.log.Layout().Regions()...)
 		c.after = append(c.after, func() { in.sess.Store(nil) })
 	}
-}
-
-func (fs *FS) loadExtents(in *Inode) error {
-	d := &in.d
-	n := int(d.Extents)
-	exts := make([]format.Extent, 0, n)
-	exts = append(exts, d.Inline[:min(n, format.InlineExtents)]...)
-	b := fs.m.Bytes()
-	for blk := d.Overflow; blk != 0; {
-		if len(in.ovf) > n/format.OverflowSlot+1 || !fs.sb.ValidData(blk, 1) {
-			return fmt.Errorf("extent overflow chain: block %d out of range or looping", blk)
-		}
-		if !fs.alloc.markUsed(blk, 1) {
-			return fmt.Errorf("extent overflow block %d is used twice", blk)
-		}
-		in.ovf = append(in.ovf, blk)
-		more, next, err := format.DecodeOverflow(b[blk.Off() : blk.Off()+format.BlockSize])
-		if err != nil {
-			return fmt.Errorf("extent overflow block %d: %w", blk, err)
-		}
-		exts = append(exts, more...)
-		blk = next
-	}
-	if len(exts) != n {
-		return fmt.Errorf("%w: %d extents stored, count says %d", format.ErrCorrupt, len(exts), n)
-	}
-	var prevEnd uint64
-	for i, e := range exts {
-		if e.Len == 0 || e.Len > MaxFileSize/format.BlockSize || e.Logical > MaxFileSize/format.BlockSize ||
-			(i > 0 && e.Logical < prevEnd) || e.End() > MaxFileSize/format.BlockSize || !fs.sb.ValidData(e.Phys, e.Len) {
-			return fmt.Errorf("%w: extent %d {file block %d, pool block %d, %d blocks} invalid or out of order", format.ErrCorrupt, i, e.Logical, e.Phys, e.Len)
-		}
-		if !fs.alloc.markUsed(e.Phys, e.Len) {
-			return fmt.Errorf("%w: extent %d: pool blocks %d..%d are used twice", format.ErrCorrupt, i, e.Phys, uint64(e.Phys)+e.Len-1)
-		}
-		prevEnd = e.End()
-	}
-	in.exts = exts
-	return nil
 }
 
 // newIno takes a free inode slot.

@@ -16,7 +16,7 @@
 //	               (namespace operations are the only multi-inode lockers, and nsMu serialises them)
 //	FS.imu         inode table (the Ino -> *Inode map and free slots)
 //	journal        one transaction at a time (journal.Journal.mu)
-//	allocator      free-block bitmap (allocator.mu)
+//	allocator      free-block map (alloc.Map.mu)
 //
 // Functions whose name ends in Locked expect Inode.mu of their receiver held.
 package core
@@ -36,6 +36,7 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // Errors the file system operations return. The FUSE layer maps them to
@@ -53,7 +54,7 @@ var (
 	ErrRange       = errors.New("buffer too small")
 	ErrTooBig      = errors.New("file too large")
 	ErrNotSupp     = errors.New("operation not supported")
-	ErrNotPool     = errors.New("not a dnnfs pool")
+	ErrNotPool     = format.ErrNotPool
 	ErrPerm        = errors.New("operation not permitted")
 	ErrLoop        = errors.New("too many links")
 	// ErrIO: the medium failed to make bytes durable (a failed flush).
@@ -224,22 +225,12 @@ func (fs *FS) materialize(b Blk, n uint64) error {
 // ReadSuperblock decodes the primary superblock, falling back to the
 // replica. primaryErr is the primary's problem when the replica was used.
 func ReadSuperblock(m pmem.Medium) (sb format.Superblock, primaryErr error, err error) {
-	b := m.Bytes()
-	if len(b) < 2*format.BlockSize {
-		return sb, nil, fmt.Errorf("%w: %d bytes is smaller than a superblock pair", ErrNotPool, len(b))
+	pair, err := format.DecodeSuperblockPair(m.Bytes(), m.Size())
+	if err != nil {
+		return sb, pair.PrimaryErr, err
 	}
-	sb, perr := format.DecodeSuperblock(b[format.SuperPrimary.Off():], m.Size())
-	if perr == nil {
-		return sb, nil, nil
-	}
-	sb, rerr := format.DecodeSuperblock(b[format.SuperReplica.Off():], m.Size())
-	if rerr == nil {
-		return sb, perr, nil
-	}
-	if errors.Is(perr, format.ErrBadMagic) && errors.Is(rerr, format.ErrBadMagic) {
-		return sb, perr, ErrNotPool
-	}
-	return sb, perr, fmt.Errorf("both superblocks are bad: primary (block 0): %v; replica (block 1): %v", perr, rerr)
+	sb, _ = pair.Use()
+	return sb, pair.PrimaryErr, nil
 }
 
 // writeSuperblock persists sb to the primary, then the replica, so one
@@ -257,20 +248,27 @@ func (fs *FS) writeSuperblock() error {
 	return nil
 }
 
-// Open mounts the file system on m: replays the journal, loads every
-// inode, rebuilds free space and frees orphans.
+// Open mounts the file system on m: recovery.Mount replays the journal,
+// decodes every inode and rebuilds free space; Open builds the DRAM
+// indexes, frees orphans and recovers segmented sessions.
 func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	log := opts.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	sb, perr, err := ReadSuperblock(m)
+	// Reading the media after a crash (superblocks, journal replay, inode
+	// table, free space, orphans) is package recovery's; the core builds
+	// its DRAM indexes from what it found.
+	st, err := recovery.Mount(m)
 	if err != nil {
 		return nil, nil, err
 	}
-	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: perr, ReplicaUsed: perr != nil}
-	fs := &FS{m: m, sb: sb, log: log, inodes: map[Ino]*Inode{}, zero: make([]byte, 1<<20), lockMode: opts.LockMode,
-		tailInterval: opts.TailInterval, atime: opts.Atime}
+	sb := st.SB
+	rep := &MountReport{WasClean: sb.State == format.StateClean, PrimarySBError: st.PrimaryErr, ReplicaUsed: st.PrimaryErr != nil,
+		ReplayedRecs: st.Replayed}
+	fs := &FS{m: m, sb: sb, j: st.Journal, log: log, inodes: map[Ino]*Inode{}, freeIno: st.FreeInos,
+		zero: make([]byte, 1<<20), lockMode: opts.LockMode, tailInterval: opts.TailInterval, atime: opts.Atime}
+	fs.alloc.m = st.Free
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}
@@ -278,39 +276,22 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		fs.file = fb.File()
 	}
 	fs.wb, _ = m.(pmem.WritebackErrors)
-	if fs.j, err = journal.Open(m, &sb); err != nil {
-		return nil, nil, err
-	}
-	if rep.ReplayedRecs, err = fs.j.Replay(); err != nil {
-		return nil, nil, fmt.Errorf("journal replay: %w; run `dnnfs fsck --pool PATH`", err)
-	}
-	fs.alloc.init(sb.DataStart, sb.Blocks)
-	if err := fs.loadTier(); err != nil {
-		return nil, nil, fmt.Errorf("SSD-tier registry: %w; run `dnnfs fsck --pool PATH`", err)
-	}
-	if err := fs.load(); err != nil {
+	if err := fs.load(st); err != nil {
 		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
 	}
+	for _, ino := range st.Misnamed {
+		// Named yet "unlinked": the count is wrong, not the file gone.
+		// Freeing it would leave dangling entries.
+		log.Warn("inode has link count 0 but directory entries name it; kept. Run `dnnfs fsck --repair` after unmounting",
+			zap.Uint64("ino", uint64(ino)), zap.Int("entries", fs.inodes[ino].refs))
+	}
 	// Orphans: unlinked while open when the last daemon died.
-	var orphans []*Inode
-	for _, in := range fs.inodes {
-		if in.d.Nlink == 0 {
-			if in.refs > 0 || in.Ino == format.RootIno {
-				// Named yet "unlinked": the count is wrong, not the file
-				// gone. Freeing it would leave dangling entries.
-				log.Warn("inode has link count 0 but directory entries name it; kept. Run `dnnfs fsck --repair` after unmounting",
-					zap.Uint64("ino", uint64(in.Ino)), zap.Int("entries", in.refs))
-				continue
-			}
-			orphans = append(orphans, in)
+	for _, ino := range st.Orphans {
+		if err := fs.freeInode(fs.inodes[ino]); err != nil {
+			return nil, nil, fmt.Errorf("freeing orphan inode %d: %w", ino, err)
 		}
 	}
-	for _, in := range orphans {
-		if err := fs.freeInode(in); err != nil {
-			return nil, nil, fmt.Errorf("freeing orphan inode %d: %w", in.Ino, err)
-		}
-	}
-	rep.OrphansFreed = len(orphans)
+	rep.OrphansFreed = len(st.Orphans)
 	if rep.SessionsOpen, rep.SessionsClosed, err = fs.recoverSessions(); err != nil {
 		return nil, nil, fmt.Errorf("recovering segmented sessions: %w", err)
 	}

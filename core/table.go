@@ -275,14 +275,3 @@ func (fs *FS) UpdateRegistry(f func(old []byte) ([]byte, error)) error {
 	return nil
 }
 
-// loadTier accounts for the registry block at mount (package embedding
-// decodes it).
-func (fs *FS) loadTier() error {
-	if fs.sb.Tier == 0 {
-		return nil
-	}
-	if !fs.sb.ValidData(fs.sb.Tier, 1) || !fs.alloc.markUsed(fs.sb.Tier, 1) {
-		return fmt.Errorf("%w: SSD-tier registry block %d is out of range or used twice", format.ErrCorrupt, fs.sb.Tier)
-	}
-	return nil
-}

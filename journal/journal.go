@@ -1,5 +1,6 @@
 // Package journal makes metadata changes atomic across a crash with a
-// physical redo log in the pool's journal region.
+// physical redo log in the pool's journal region. The transaction codec
+// is format.EncodeTx/DecodeTx, which the checker decodes with too.
 //
 // A transaction is a list of (pool offset, bytes) records. Commit:
 //
@@ -144,6 +145,19 @@ func (j *Journal) Replay() (int, error) {
 	return len(recs), nil
 }
 
+// Discard retires a committed transaction without applying it: for the
+// checker's repair of a transaction that fails to decode (ErrBadJournal),
+// whose records cannot be trusted. The change it carried is lost.
+func (j *Journal) Discard() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.retireLocked(); err != nil {
+		return err
+	}
+	j.unsettled = false
+	return nil
+}
+
 // settleLocked finishes what a failed persist left: the transaction its
 // commit word names, if any, is applied again, and the word is persisted
 // as 0.
@@ -176,48 +190,19 @@ func (j *Journal) Settle() error {
 	return j.settleLocked()
 }
 
-type record struct {
-	off  format.Off
-	data []byte
-}
+type record = format.TxRecord
 
-// decodeLocked parses and validates the transaction area for seq.
+// decodeLocked parses and validates the transaction area for seq
+// (format.DecodeTx: the checker decodes it the same way).
 func (j *Journal) decodeLocked(seq uint64) ([]record, error) {
 	r := j.region()
-	tx := r[format.BlockSize:]
-	if got := le.Uint64(tx[format.TxSeq:]); got != seq {
-		return nil, fmt.Errorf("%w: commit word names transaction %d, area holds %d", ErrBadJournal, seq, got)
-	}
-	count := le.Uint32(tx[format.TxCount:])
-	n := int(le.Uint32(tx[format.TxLen:]))
-	if n > len(tx)-format.TxHeader {
-		return nil, fmt.Errorf("%w: transaction %d claims %d bytes", ErrBadJournal, seq, n)
-	}
-	body := tx[format.TxHeader : format.TxHeader+n]
-	crc := format.Checksum(append(append([]byte{}, tx[:16]...), body...))
-	if got := le.Uint32(tx[format.TxCRC:]); got != crc {
-		return nil, fmt.Errorf("%w: transaction %d checksum stored %08x computed %08x", ErrBadJournal, seq, got, crc)
-	}
-	recs := make([]record, 0, count)
-	p := 0
-	size := uint64(j.m.Size())
-	for i := uint32(0); i < count; i++ {
-		if p+format.RecHeader > len(body) {
-			return nil, fmt.Errorf("%w: record %d past the end", ErrBadJournal, i)
-		}
-		off := le.Uint64(body[p+format.RecOff:])
-		l := int(le.Uint32(body[p+format.RecLen:]))
-		p += format.RecHeader
-		if l > len(body)-p || off > size || uint64(l) > size-off || off < uint64(j.start)+uint64(j.length) {
-			return nil, fmt.Errorf("%w: record %d (offset %d, %d bytes) out of range", ErrBadJournal, i, off, l)
-		}
-		recs = append(recs, record{off: format.Off(off), data: body[p : p+l]})
-		p += pad8(l)
+	end := uint64(j.start) + uint64(j.length)
+	recs, err := format.DecodeTx(r[format.BlockSize:], seq, end, uint64(j.m.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("%w: committed transaction %d: %w", ErrBadJournal, seq, err)
 	}
 	return recs, nil
 }
-
-func pad8(n int) int { return (n + 7) &^ 7 }
 
 // applyLocked stores every record at its target and persists them all,
 // returning the first flush failure (after trying every record).
@@ -225,8 +210,8 @@ func (j *Journal) applyLocked(recs []record) error {
 	b := j.m.Bytes()
 	var first error
 	for _, r := range recs {
-		copy(b[r.off:], r.data)
-		if err := j.m.Flush(int64(r.off), int64(len(r.data))); err != nil && first == nil {
+		copy(b[r.Off:], r.Data)
+		if err := j.m.Flush(int64(r.Off), int64(len(r.Data))); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -256,8 +241,8 @@ func (j *Journal) Begin() *Tx { return &Tx{j: j} }
 // Write adds a record: at commit, data is stored at pool offset off.
 // data is copied.
 func (tx *Tx) Write(off format.Off, data []byte) {
-	tx.recs = append(tx.recs, record{off: off, data: append([]byte(nil), data...)})
-	tx.size += format.RecHeader + pad8(len(data))
+	tx.recs = append(tx.recs, record{Off: off, Data: append([]byte(nil), data...)})
+	tx.size += format.RecordSize(len(data))
 }
 
 // Size is the payload the transaction needs so far.
@@ -287,25 +272,8 @@ func (tx *Tx) Commit() error {
 	}
 	j.seq++
 	seq := j.seq
-	r := j.region()
-	area := r[format.BlockSize : format.BlockSize+format.TxHeader+tx.size]
-	body := area[format.TxHeader:]
-	p := 0
-	for _, rec := range tx.recs {
-		le.PutUint64(body[p+format.RecOff:], uint64(rec.off))
-		le.PutUint32(body[p+format.RecLen:], uint32(len(rec.data)))
-		le.PutUint32(body[p+format.RecLen+4:], 0)
-		p += format.RecHeader
-		n := copy(body[p:], rec.data)
-		clear(body[p+n : p+pad8(n)])
-		p += pad8(n)
-	}
-	le.PutUint64(area[format.TxSeq:], seq)
-	le.PutUint32(area[format.TxCount:], uint32(len(tx.recs)))
-	le.PutUint32(area[format.TxLen:], uint32(tx.size))
-	crc := format.Checksum(append(append([]byte{}, area[:16]...), body...))
-	le.PutUint32(area[format.TxCRC:], crc)
-	le.PutUint32(area[format.TxCRC+4:], 0)
+	area := j.region()[format.BlockSize : format.BlockSize+format.TxHeader+tx.size]
+	format.EncodeTx(area, seq, tx.recs)
 	// Step 1: the records are durable before the commit word names them.
 	if err := j.m.Persist(int64(j.start)+format.BlockSize, int64(len(area))); err != nil {
 		return fmt.Errorf("journal transaction %d: persisting its records: %w", seq, err)

@@ -150,3 +150,39 @@ func TestReplayRejectsDamagedTransaction(t *testing.T) {
 		t.Fatalf("replay of a damaged transaction: err = %v, want ErrBadJournal", err)
 	}
 }
+
+// TestDiscardDropsDamagedTransaction: a committed transaction whose bytes
+// were damaged fails Replay with ErrBadJournal (wrapping format.ErrBadTx);
+// Discard retires it without applying a byte.
+func TestDiscardDropsDamagedTransaction(t *testing.T) {
+	m := pmem.NewMemory(8 << 20)
+	j, sb := newJournal(t, m)
+	off := sb.DataStart.Off()
+	tx := j.Begin()
+	tx.Write(off, []byte("first"))
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// Re-arm the (retired) transaction and damage one record byte.
+	b := m.Bytes()
+	js := sb.JournalStart.Off()
+	copy(b[js+format.JHCommit:], b[js+format.BlockSize+format.TxSeq:js+format.BlockSize+format.TxSeq+8])
+	b[js+format.BlockSize+format.TxHeader+format.RecHeader] ^= 1
+	copy(b[off:], "XXXXX")
+	j2, err := journal.Open(m, &sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j2.Replay(); !errors.Is(err, journal.ErrBadJournal) || !errors.Is(err, format.ErrBadTx) {
+		t.Fatalf("Replay of a damaged transaction: %v", err)
+	}
+	if err := j2.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if j2.Pending() || string(b[off:off+5]) != "XXXXX" {
+		t.Fatalf("after Discard: pending %v, target %q", j2.Pending(), b[off:off+5])
+	}
+	if n, err := j2.Replay(); n != 0 || err != nil {
+		t.Fatalf("Replay after Discard: %d records, %v", n, err)
+	}
+}

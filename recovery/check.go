@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/pmem"
@@ -25,9 +26,9 @@ func isZero(b []byte) bool {
 	return bytes.Equal(b, zeros[:len(b)])
 }
 
-// maxFileBlocks bounds a file's block numbers: pool.MaxFileSize (1 PiB) in
-// blocks. recovery_test checks it against package core.
-const maxFileBlocks = (1 << 50) / format.BlockSize
+// maxFileBlocks bounds a file's block numbers: core.MaxFileSize (1 PiB)
+// in blocks. recovery_test checks it against package core.
+const maxFileBlocks = format.MaxFileBlocks
 
 // Repair phases, applied lowest first with a re-check in between.
 const (
@@ -118,7 +119,7 @@ type analysis struct {
 	v    *view
 	sb   format.Superblock
 	rep  *Report
-	used bitmap
+	used *alloc.Map // data blocks claimed so far; repairs allocate from it
 
 	fixes    []*fix
 	rewrites map[format.Ino]*fix // the one rewrite fix of each inode
@@ -152,7 +153,7 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 		recs = nil
 	}
 	a.v = newView(m.Bytes(), recs)
-	a.used = newBitmap(sb.DataStart, sb.Blocks)
+	a.used = alloc.New(sb.DataStart, sb.Blocks)
 
 	a.scanInodes()
 	a.claimBlocks()
@@ -178,9 +179,14 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 			a.rep.Files++
 		}
 	}
-	a.rep.UsedBlocks = a.used.count()
-	a.rep.FreeBlocks = a.used.n - a.rep.UsedBlocks
+	a.rep.UsedBlocks = a.used.Used()
+	a.rep.FreeBlocks = a.used.Free()
 	return a, nil
+}
+
+// readBlocks returns blocks [b, b+n) as replay would leave them.
+func (a *analysis) readBlocks(b format.Blk, n uint64) []byte {
+	return a.v.read(b.Off(), int(n)*format.BlockSize)
 }
 
 func (a *analysis) problem(p Problem) { a.rep.Problems = append(a.rep.Problems, p) }
@@ -238,48 +244,10 @@ func (a *analysis) scanInodes() {
 // chain. It returns why the inode is invalid, or "".
 func (a *analysis) loadExtents(in *inode) string {
 	d := &in.d
-	n := uint64(d.Extents)
-	exts := append([]format.Extent(nil), d.Inline[:min(n, format.InlineExtents)]...)
-	seen := map[format.Blk]bool{}
-	limit := n/format.OverflowSlot + 2 // what the mount code tolerates
-	for blk := d.Overflow; blk != 0; {
-		switch {
-		case uint64(len(in.ovf)) >= limit:
-			return fmt.Sprintf("extent overflow chain is longer than %d extents need", n)
-		case !a.sb.ValidData(blk, 1):
-			return fmt.Sprintf("extent overflow block %d lies outside the data region", blk)
-		case seen[blk]:
-			return fmt.Sprintf("extent overflow chain loops back to block %d", blk)
-		}
-		seen[blk] = true
-		in.ovf = append(in.ovf, blk)
-		more, next, err := format.DecodeOverflow(a.v.read(blk.Off(), format.BlockSize))
-		if err != nil {
-			return fmt.Sprintf("extent overflow block %d: %s", blk, errText(err, "extent block: "))
-		}
-		if uint64(len(exts)+len(more)) > n {
-			return fmt.Sprintf("extent overflow chain holds more than the %d extents the count says", n)
-		}
-		exts = append(exts, more...)
-		blk = next
-	}
-	if uint64(len(exts)) != n {
-		return fmt.Sprintf("%d extents stored, the count says %d", len(exts), n)
-	}
-	var prevEnd uint64
-	for i, e := range exts {
-		where := fmt.Sprintf("extent %d {file block %d, pool block %d, %d blocks}", i, e.Logical, e.Phys, e.Len)
-		switch {
-		case e.Len == 0:
-			return where + " is empty"
-		case e.Logical > maxFileBlocks || e.Len > maxFileBlocks-e.Logical:
-			return where + " lies past the largest file size"
-		case !a.sb.ValidData(e.Phys, e.Len):
-			return where + " lies outside the data region"
-		case i > 0 && e.Logical < prevEnd:
-			return where + " is out of order or overlaps the previous extent"
-		}
-		prevEnd = e.End()
+	exts, ovf, err := format.DecodeExtents(d, a.sb.ValidData, func(b format.Blk) []byte { return a.readBlocks(b, 1) })
+	in.ovf = ovf
+	if err != nil {
+		return err.Error()
 	}
 	in.exts = exts
 	switch {
@@ -335,7 +303,7 @@ func (a *analysis) tryClaim(ino format.Ino, cs []claim) string {
 	}
 	for _, c := range cs {
 		for k := uint64(0); k < c.n; k++ {
-			if b := c.phys + format.Blk(k); a.used.get(b) {
+			if b := c.phys + format.Blk(k); a.used.IsUsed(b) {
 				o := a.owner(b)
 				if o.ino == 0 {
 					return fmt.Sprintf("%s overlaps the %s", c, o)
@@ -345,7 +313,7 @@ func (a *analysis) tryClaim(ino format.Ino, cs []claim) string {
 		}
 	}
 	for _, c := range cs {
-		a.used.setRun(c.phys, c.n)
+		a.used.MarkUsed(c.phys, c.n) // checked free above
 	}
 	a.claims = append(a.claims, cs...)
 	return ""
@@ -369,24 +337,11 @@ func (a *analysis) checkXattrs() {
 			continue
 		}
 		var why string
-		var nb uint64
-		if a.sb.ValidData(x, 1) {
-			nb = uint64(format.XattrRegionBlocks(a.v.read(x.Off(), format.BlockSize)))
-		}
-		switch {
-		case !a.sb.ValidData(x, 1):
-			why = fmt.Sprintf("xattr region at block %d lies outside the data region", x)
-		case nb < 1 || nb > format.XAMaxBlocks:
-			why = fmt.Sprintf("xattr region at block %d claims %d blocks (1..%d)", x, nb, format.XAMaxBlocks)
-		case !a.sb.ValidData(x, nb):
-			why = fmt.Sprintf("xattr region at block %d (%d blocks) runs past the data region", x, nb)
-		}
-		if why == "" {
-			if _, err := format.DecodeXattrs(a.v.read(x.Off(), int(nb)*format.BlockSize)); err != nil {
-				why = fmt.Sprintf("xattr region at block %d: %s", x, errText(err, "xattr region: "))
-			} else if w := a.tryClaim(in.ino, []claim{{in.ino, x, nb, "xattr region"}}); w != "" {
-				why = w
-			}
+		_, nb, err := format.DecodeXattrRegion(x, a.sb.ValidData, a.readBlocks)
+		if err != nil {
+			why = err.Error()
+		} else if w := a.tryClaim(in.ino, []claim{{in.ino, x, nb, "xattr region"}}); w != "" {
+			why = w
 		}
 		if why != "" {
 			a.inodeProblem(in, why+"; Repair drops the inode's extended attributes")
@@ -593,7 +548,7 @@ func (a *analysis) unclaimTrimmed(in *inode, kept []format.Extent) {
 			}
 		}
 		if e.Len > keep {
-			a.used.clearRun(e.Phys+format.Blk(keep), e.Len-keep)
+			a.used.Release(e.Phys+format.Blk(keep), e.Len-keep)
 		}
 	}
 }
@@ -615,11 +570,8 @@ func trimExtents(exts []format.Extent, nb uint64) []format.Extent {
 
 // lookup maps file block fb through sorted extents.
 func lookup(exts []format.Extent, fb uint64) (format.Blk, bool) {
-	i := sort.Search(len(exts), func(i int) bool { return exts[i].End() > fb })
-	if i == len(exts) || exts[i].Logical > fb {
-		return 0, false
-	}
-	return exts[i].Phys + format.Blk(fb-exts[i].Logical), true
+	phys, _, ok := format.MapBlock(exts, fb)
+	return phys, ok
 }
 
 // mergeExtents inserts e (not overlapping) into sorted exts, merging

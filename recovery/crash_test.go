@@ -1,4 +1,4 @@
-package recovery
+package recovery_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // TestCrashImagesAreConsistent runs every kind of metadata operation on a
@@ -139,7 +140,7 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		if k > 0 {
 			rec.apply(img, k)
 		}
-		r, err := Check(img)
+		r, err := recovery.Check(img)
 		what := "before the first fence"
 		if k > 0 {
 			what = marks[k-1]
@@ -149,7 +150,7 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		}
 		if what == "unlink open" {
 			// The file is open: a crash leaves it an orphan, legitimately.
-			var rest []Problem
+			var rest []recovery.Problem
 			for _, p := range r.Problems {
 				if !strings.Contains(p.What, "orphan") {
 					rest = append(rest, p)
@@ -180,19 +181,19 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		t.Fatal("the incremental images drifted from pmem.Recorder's")
 	}
 	// The last image has s2's session open: its logs are checked and owned.
-	an, err := analyze(img, true)
+	an, err := recovery.Analyze(img, true)
 	must(t, err)
 	owned := 0
-	for _, c := range an.claims {
-		if c.ino == s2.Ino && strings.HasPrefix(c.what, "session") {
+	for _, c := range an.Claims {
+		if c.Ino == s2.Ino && strings.HasPrefix(c.What, "session") {
 			owned++
 		}
 	}
 	if owned != 2 {
 		t.Errorf("the open session's F_log and P_log are not claimed (%d claims)", owned)
 	}
-	if an.rep.Tables != 1 || an.rep.TierDevices != 2 {
-		t.Errorf("the last image has %d tables and %d SSD-tier devices, want 1 and 2", an.rep.Tables, an.rep.TierDevices)
+	if an.Rep.Tables != 1 || an.Rep.TierDevices != 2 {
+		t.Errorf("the last image has %d tables and %d SSD-tier devices, want 1 and 2", an.Rep.Tables, an.Rep.TierDevices)
 	}
 	if pending == 0 {
 		t.Error("no crash image had a committed transaction pending")

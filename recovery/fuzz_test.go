@@ -1,6 +1,7 @@
-package recovery
+package recovery_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 var le2 = binary.LittleEndian
@@ -70,29 +72,29 @@ func newSeed(t testing.TB, name string, extra func(fs *core.FS)) *fuzzSeed {
 	mustV[*core.Inode](t)(fs.Create(fs.Root(), "dev", core.NewInode{Mode: format.ModeBlk | 0o600, Rdev: 8<<8 | 1}))
 	extra(fs)
 	must(t, fs.Close())
-	a, err := analyze(m, false)
+	a, err := recovery.Analyze(m, false)
 	must(t, err)
-	if !a.rep.Clean() {
-		t.Fatalf("seed %s is not clean:%s", name, problems(a.rep))
+	if !a.Rep.Clean() {
+		t.Fatalf("seed %s is not clean:%s", name, problems(a.Rep))
 	}
-	s := &fuzzSeed{name: name, img: m.Bytes(), sb: a.sb}
+	s := &fuzzSeed{name: name, img: m.Bytes(), sb: a.SB}
 	add := func(off format.Off, n uint64) { s.regions = append(s.regions, [2]format.Off{off, off + format.Off(n)}) }
 	add(0, 2*format.BlockSize)
-	add(a.sb.JournalStart.Off(), 2*format.BlockSize)
-	for _, in := range a.order {
-		if in.d.Flags&format.InodeTable != 0 {
+	add(a.SB.JournalStart.Off(), 2*format.BlockSize)
+	for _, in := range a.Live {
+		if in.D.Flags&format.InodeTable != 0 {
 			s.tables = append(s.tables, len(s.inodes))
 		}
-		s.inodes = append(s.inodes, in.ino)
-		add(in.off, format.InodeSize)
-		for _, b := range in.ovf {
+		s.inodes = append(s.inodes, in.Ino)
+		add(in.Off, format.InodeSize)
+		for _, b := range in.Ovf {
 			add(b.Off(), format.BlockSize)
 		}
-		if in.d.Xattr != 0 {
-			add(in.d.Xattr.Off(), format.BlockSize)
+		if in.D.Xattr != 0 {
+			add(in.D.Xattr.Off(), format.BlockSize)
 		}
-		if in.d.IsDir() {
-			for _, e := range in.exts {
+		if in.D.IsDir() {
+			for _, e := range in.Exts {
 				add(e.Phys.Off(), e.Len*format.BlockSize)
 				for k := uint64(0); k < e.Len*format.DirentsPerBlock; k++ {
 					s.slots = append(s.slots, e.Phys.Off()+format.Off(k/format.DirentsPerBlock*format.BlockSize+k%format.DirentsPerBlock*format.DirentSize))
@@ -100,12 +102,12 @@ func newSeed(t testing.TB, name string, extra func(fs *core.FS)) *fuzzSeed {
 			}
 		}
 	}
-	for _, c := range a.claims {
-		if c.what == "table descriptor" || c.ino == 0 {
+	for _, c := range a.Claims {
+		if c.What == "table descriptor" || c.Ino == 0 {
 			s.tier = append(s.tier, len(s.regions))
 		}
-		if strings.HasPrefix(c.what, "session") || c.what == "table descriptor" || c.ino == 0 {
-			add(c.phys.Off(), c.n*format.BlockSize)
+		if strings.HasPrefix(c.What, "session") || c.What == "table descriptor" || c.Ino == 0 {
+			add(c.Phys.Off(), c.N*format.BlockSize)
 		}
 	}
 	return s
@@ -223,8 +225,8 @@ func (s *fuzzSeed) damage(b []byte, ops []byte) {
 	}
 }
 
-// FuzzCheck damages a populated pool's metadata and requires that Check
-// and Repair never panic, that Repair leaves a pool Check finds clean,
+// FuzzCheck damages a populated pool's metadata and requires that Mount,
+// Check and Repair never panic, that Repair leaves a pool Check finds clean,
 // and that the mount code accepts it.
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte{})
@@ -271,8 +273,13 @@ func (s *fuzzSeed) fuzz(t *testing.T, ops []byte) {
 	copy(s.scratch, s.img)
 	m := sliceMedium(s.scratch)
 	s.damage(m, ops)
-	r, cerr := Check(m)
-	rr, rerr := Repair(m)
+	// Mount reads the damaged pool as a mount would: it may refuse it,
+	// never panic. It replays the journal, so it gets a copy.
+	if st, err := recovery.Mount(sliceMedium(bytes.Clone(s.scratch))); err == nil && st.SB.Blocks == 0 {
+		t.Fatalf("%s: Mount succeeded with an empty superblock", s.name)
+	}
+	r, cerr := recovery.Check(m)
+	rr, rerr := recovery.Repair(m)
 	if cerr != nil {
 		if rerr == nil {
 			t.Fatalf("%s: Check failed (%v) but Repair succeeded", s.name, cerr)
@@ -285,7 +292,7 @@ func (s *fuzzSeed) fuzz(t *testing.T, ops []byte) {
 	if bad := rr.Unrepairable(); len(bad) > 0 || !rr.Clean() {
 		t.Fatalf("%s: after Repair:%s\nrepaired: %q\nbefore:%s", s.name, problems(rr), rr.Repaired, problems(r))
 	}
-	after, err := Check(m)
+	after, err := recovery.Check(m)
 	if err != nil || !after.Clean() {
 		t.Fatalf("%s: Check after Repair: %v%s", s.name, err, problems(after))
 	}

@@ -1,4 +1,4 @@
-package recovery
+package recovery_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 const testPoolSize = 8 << 20
@@ -120,10 +121,10 @@ func clone(m pmem.Medium) pmem.Medium {
 }
 
 // check runs Check and verifies that it did not store into the medium.
-func check(t testing.TB, m pmem.Medium) *Report {
+func check(t testing.TB, m pmem.Medium) *recovery.Report {
 	t.Helper()
 	before := bytes.Clone(m.Bytes())
-	r, err := Check(m)
+	r, err := recovery.Check(m)
 	if !bytes.Equal(before, m.Bytes()) {
 		t.Fatal("Check changed the medium")
 	}
@@ -131,7 +132,7 @@ func check(t testing.TB, m pmem.Medium) *Report {
 	return r
 }
 
-func problems(r *Report) string {
+func problems(r *recovery.Report) string {
 	var b strings.Builder
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "\n\t%s (repairable %v)", p, p.Repairable)
@@ -139,7 +140,7 @@ func problems(r *Report) string {
 	return b.String()
 }
 
-func requireClean(t testing.TB, m pmem.Medium) *Report {
+func requireClean(t testing.TB, m pmem.Medium) *recovery.Report {
 	t.Helper()
 	r := check(t, m)
 	if !r.Clean() {
@@ -149,7 +150,7 @@ func requireClean(t testing.TB, m pmem.Medium) *Report {
 }
 
 // requireProblem checks that some problem's line contains all of parts.
-func requireProblem(t testing.TB, r *Report, parts ...string) Problem {
+func requireProblem(t testing.TB, r *recovery.Report, parts ...string) recovery.Problem {
 	t.Helper()
 	for _, p := range r.Problems {
 		s := p.String()
@@ -162,13 +163,13 @@ func requireProblem(t testing.TB, r *Report, parts ...string) Problem {
 		}
 	}
 	t.Fatalf("no problem mentions %q; got:%s", parts, problems(r))
-	return Problem{}
+	return recovery.Problem{}
 }
 
 // repairClean repairs, then requires a clean check and a mount.
-func repairClean(t testing.TB, m pmem.Medium) *Report {
+func repairClean(t testing.TB, m pmem.Medium) *recovery.Report {
 	t.Helper()
-	r, err := Repair(m)
+	r, err := recovery.Repair(m)
 	must(t, err)
 	for _, l := range r.Repaired {
 		t.Log("repaired:", l)
@@ -238,7 +239,7 @@ func findSlot(t testing.TB, m pmem.Medium, dir format.Ino, match func(format.Dir
 	d, _ := getInode(t, m, dir)
 	exts := d.Inline[:min(int(d.Extents), format.InlineExtents)]
 	for k := uint64(0); k < d.Size/format.BlockSize; k++ {
-		phys, ok := lookup(exts, k)
+		phys, ok := recovery.LookupExtent(exts, k)
 		if !ok {
 			continue
 		}

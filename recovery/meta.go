@@ -2,12 +2,9 @@ package recovery
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
@@ -26,39 +23,28 @@ func errText(err error, prefix string) string {
 	return strings.TrimPrefix(err.Error(), prefix)
 }
 
-// readSuperblocks decodes both copies. sb is the one to use; problems
-// describe a bad or disagreeing copy.
+// readSuperblocks decodes both copies (format.DecodeSuperblockPair, as
+// the mount does). sb is the one to use; problems describe a bad or
+// disagreeing copy.
 func readSuperblocks(m pmem.Medium) (sb format.Superblock, useReplica bool, probs []Problem, err error) {
-	b := m.Bytes()
-	if len(b) < 2*format.BlockSize {
-		return sb, false, nil, fmt.Errorf("%w: %d bytes is smaller than a superblock pair", ErrNotPool, len(b))
+	pair, err := format.DecodeSuperblockPair(m.Bytes(), m.Size())
+	if err != nil {
+		return sb, false, nil, err
 	}
-	p, perr := format.DecodeSuperblock(b[format.SuperPrimary.Off():], m.Size())
-	r, rerr := format.DecodeSuperblock(b[format.SuperReplica.Off():], m.Size())
+	p, r := &pair.Primary, &pair.Replica
 	switch {
-	case perr != nil && rerr != nil:
-		if errors.Is(perr, format.ErrBadMagic) && errors.Is(rerr, format.ErrBadMagic) {
-			return sb, false, nil, ErrNotPool
-		}
-		return sb, false, nil, fmt.Errorf("both superblocks are bad: primary (block 0): %v; replica (block 1): %v", perr, rerr)
-	case perr != nil:
+	case pair.PrimaryErr != nil:
 		probs = append(probs, Problem{Structure: primaryName, Blk: format.SuperPrimary, Off: format.SuperPrimary.Off(),
-			What: errText(perr, "superblock: ") + "; replica is good", Repairable: true})
-		return r, true, probs, nil
-	case rerr != nil:
+			What: errText(pair.PrimaryErr, "superblock: ") + "; replica is good", Repairable: true})
+		return *r, true, probs, nil
+	case pair.ReplicaErr != nil:
 		probs = append(probs, Problem{Structure: replicaName, Blk: format.SuperReplica, Off: format.SuperReplica.Off(),
-			What: errText(rerr, "superblock: ") + "; primary is good", Repairable: true})
-	case !sameGeometry(&p, &r):
+			What: errText(pair.ReplicaErr, "superblock: ") + "; primary is good", Repairable: true})
+	case !format.SameGeometry(p, r):
 		probs = append(probs, Problem{Structure: replicaName, Blk: format.SuperReplica, Off: format.SuperReplica.Off(),
-			What: fmt.Sprintf("geometry or identity differs from the primary's (%s); the primary is used", geometryString(&r)), Repairable: true})
+			What: fmt.Sprintf("geometry or identity differs from the primary's (%s); the primary is used", geometryString(r)), Repairable: true})
 	}
-	return p, false, probs, nil
-}
-
-func sameGeometry(a, b *format.Superblock) bool {
-	return a.Blocks == b.Blocks && a.UUID == b.UUID && a.JournalStart == b.JournalStart &&
-		a.JournalLen == b.JournalLen && a.InodeStart == b.InodeStart && a.InodeCount == b.InodeCount &&
-		a.DataStart == b.DataStart && a.Created == b.Created
+	return *p, false, probs, nil
 }
 
 func geometryString(sb *format.Superblock) string {
@@ -104,9 +90,9 @@ func journalName(sb *format.Superblock) string {
 }
 
 // readJournal parses the journal header and, if the commit word names a
-// transaction, decodes and validates it exactly as a replay must (the
-// rules of journal.Replay, re-derived from FORMAT.md). recs are the
-// records to overlay; probs a damaged header or transaction.
+// transaction, decodes and validates it exactly as a replay does
+// (format.DecodeTx). recs are the records to overlay; probs a damaged
+// header or transaction.
 func readJournal(m pmem.Medium, sb *format.Superblock) (pending bool, recs []rec, probs []Problem) {
 	start := sb.JournalStart.Off()
 	length := sb.JournalLen * format.BlockSize
@@ -121,40 +107,14 @@ func readJournal(m pmem.Medium, sb *format.Superblock) (pending bool, recs []rec
 	if seq == 0 {
 		return false, nil, nil
 	}
-	bad := func(f string, args ...any) (bool, []rec, []Problem) {
-		what := fmt.Sprintf("committed transaction %d is damaged: ", seq) + fmt.Sprintf(f, args...) +
+	txRecs, err := format.DecodeTx(r[format.BlockSize:], seq, uint64(start)+length, uint64(m.Size()))
+	if err != nil {
+		what := fmt.Sprintf("committed transaction %d is damaged: %v", seq, err) +
 			"; Repair discards it (the metadata change it carried may be lost or half applied)"
 		return true, nil, []Problem{{Structure: name, Blk: sb.JournalStart + 1, Off: start + format.BlockSize, What: what, Repairable: true}}
 	}
-	tx := r[format.BlockSize:]
-	if got := le.Uint64(tx[format.TxSeq:]); got != seq {
-		return bad("the transaction area holds transaction %d", got)
-	}
-	count := le.Uint32(tx[format.TxCount:])
-	n := uint64(le.Uint32(tx[format.TxLen:]))
-	if n > uint64(len(tx)-format.TxHeader) {
-		return bad("it claims %d bytes of records", n)
-	}
-	body := tx[format.TxHeader : format.TxHeader+n]
-	crc := format.Checksum(append(append([]byte{}, tx[:format.TxCRC]...), body...))
-	if got := le.Uint32(tx[format.TxCRC:]); got != crc {
-		return bad("checksum stored %08x, computed %08x", got, crc)
-	}
-	size := uint64(m.Size())
-	end := uint64(start) + length
-	p := uint64(0)
-	for i := uint32(0); i < count; i++ {
-		if p+format.RecHeader > n {
-			return bad("record %d lies past the end", i)
-		}
-		off := le.Uint64(body[p+format.RecOff:])
-		l := uint64(le.Uint32(body[p+format.RecLen:]))
-		p += format.RecHeader
-		if l > n-p || off > size || l > size-off || off < end {
-			return bad("record %d (offset %d, %d bytes) is out of range", i, off, l)
-		}
-		recs = append(recs, rec{off: format.Off(off), data: body[p : p+l]})
-		p += (l + 7) &^ 7
+	for _, t := range txRecs {
+		recs = append(recs, rec{t.Off, t.Data})
 	}
 	return true, recs, nil
 }
@@ -182,10 +142,8 @@ func repairJournal(m pmem.Medium, sb *format.Superblock) (*journal.Journal, []st
 	}
 	if len(probs) > 0 {
 		// Damaged: retire it without applying anything.
-		word := (*uint64)(unsafe.Pointer(&m.Bytes()[start+format.JHCommit]))
-		atomic.StoreUint64(word, 0)
-		if err := m.Persist(int64(start+format.JHCommit), 8); err != nil {
-			return nil, done, fmt.Errorf("%s: retiring: %w", journalName(sb), err)
+		if err := j.Discard(); err != nil {
+			return nil, done, fmt.Errorf("%s: %w", journalName(sb), err)
 		}
 		return j, append(done, journalName(sb)+": "+probs[0].What), nil
 	}

@@ -1,5 +1,5 @@
 //go:build !race
 
-package recovery
+package recovery_test
 
 const raceEnabled = false

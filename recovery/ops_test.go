@@ -1,4 +1,4 @@
-package recovery
+package recovery_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // checkMounted checks the media of a mounted pool (every operation is a
@@ -16,17 +17,17 @@ import (
 // open and unlinked are orphans, legitimately.
 func checkMounted(t *testing.T, m pmem.Medium, what string) {
 	t.Helper()
-	a, err := analyze(m, false)
+	a, err := recovery.Analyze(m, false)
 	must(t, err)
-	var rest []Problem
-	for _, p := range a.rep.Problems {
+	var rest []recovery.Problem
+	for _, p := range a.Rep.Problems {
 		if !strings.Contains(p.What, "orphan") {
 			rest = append(rest, p)
 		}
 	}
-	a.rep.Problems = rest
-	if !a.rep.Clean() {
-		t.Fatalf("%s:%s", what, problems(a.rep))
+	a.Rep.Problems = rest
+	if !a.Rep.Clean() {
+		t.Fatalf("%s:%s", what, problems(a.Rep))
 	}
 }
 

@@ -1,6 +1,6 @@
 //go:build race
 
-package recovery
+package recovery_test
 
 // raceEnabled: the race detector makes every byte copied cost; the slow
 // exhaustive tests sample under it.

@@ -1,10 +1,19 @@
-// Package recovery checks (fsck) and repairs a dnnfs pool.
+// Package recovery reads a dnnfs pool after a crash: Mount (mount-time
+// replay and rebuild, for package core), Check (fsck) and Repair.
 //
-// The checker is independent of the mount code: it decodes the media with
-// the codecs of package format only and re-derives every invariant the
-// file system relies on (see FORMAT.md), so a bug in package core that
-// writes a bad structure is caught here rather than trusted. It never
-// calls core.Open.
+// Mount reads the superblock pair, replays a committed journal
+// transaction, decodes the inode table and rebuilds free space; it refuses
+// a pool whose structures do not decode and leaves the full diagnosis to
+// Check. It hands core what core needs for its DRAM indexes and changes
+// nothing but the journal's replay: freeing orphans is core's, through
+// the journal.
+//
+// The checker does not trust the mount code: it shares only the codecs of
+// package format (one per on-media structure, the same ones the runtime
+// uses) and re-derives every invariant the file system relies on (see
+// FORMAT.md), so a bug in package core that writes a bad structure is
+// caught here rather than trusted. It never calls Mount or core.Open.
+// recovery must not import core (core imports it).
 //
 // Check never stores into the medium: a committed journal transaction is
 // replayed into an in-memory overlay that every read goes through, so it
@@ -30,7 +39,6 @@
 package recovery
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -108,8 +116,9 @@ func (r *Report) Unrepairable() []Problem {
 	return ps
 }
 
-// ErrNotPool: neither superblock has the dnnfs magic.
-var ErrNotPool = errors.New("not a dnnfs pool")
+// ErrNotPool: neither superblock has the dnnfs magic (format.ErrNotPool,
+// which core.ErrNotPool is too).
+var ErrNotPool = format.ErrNotPool
 
 // Check verifies every structure of the pool on m without changing it.
 // The error is non-nil only when the check cannot run at all (not a pool,
@@ -204,7 +213,7 @@ func apply(m pmem.Medium, j *journal.Journal, fixes []*fix) ([]string, error) {
 		}
 		size := 0
 		for _, r := range recs {
-			size += format.RecHeader + (len(r.data)+7)&^7
+			size += format.RecordSize(len(r.data))
 		}
 		if size > j.Capacity() {
 			return done, fmt.Errorf("repair: %s: %d bytes of changes do not fit the %d-byte journal", f.what, size, j.Capacity())

@@ -1,7 +1,8 @@
-package recovery
+package recovery_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,20 +11,21 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 func TestMaxFileBlocksMatchesPool(t *testing.T) {
-	if maxFileBlocks*format.BlockSize != core.MaxFileSize {
-		t.Fatalf("maxFileBlocks %d does not match core.MaxFileSize %d", maxFileBlocks, core.MaxFileSize)
+	if recovery.MaxFileBlocks*format.BlockSize != core.MaxFileSize {
+		t.Fatalf("recovery.MaxFileBlocks %d does not match core.MaxFileSize %d", recovery.MaxFileBlocks, core.MaxFileSize)
 	}
 }
 
 func TestProblemString(t *testing.T) {
-	p := Problem{Structure: "inode", Ino: 12, Off: 1234567, What: "extent 3 overlaps inode 9's blocks 100..130"}
+	p := recovery.Problem{Structure: "inode", Ino: 12, Off: 1234567, What: "extent 3 overlaps inode 9's blocks 100..130"}
 	if got, want := p.String(), "inode 12 (byte 1234567): extent 3 overlaps inode 9's blocks 100..130"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	p = Problem{Structure: "superblock primary (block 0)", What: "checksum mismatch; replica is good"}
+	p = recovery.Problem{Structure: "superblock primary (block 0)", What: "checksum mismatch; replica is good"}
 	if got, want := p.String(), "superblock primary (block 0): checksum mismatch; replica is good"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
@@ -59,7 +61,7 @@ func TestPopulatedPoolIsClean(t *testing.T) {
 	must(t, fs.Close())
 	// Repair of a clean pool changes nothing.
 	before := bytes.Clone(m.Bytes())
-	rr, err := Repair(m)
+	rr, err := recovery.Repair(m)
 	must(t, err)
 	if len(rr.Repaired) != 0 || !rr.Clean() || !bytes.Equal(before, m.Bytes()) {
 		t.Fatalf("Repair of a clean pool: %q%s", rr.Repaired, problems(rr))
@@ -69,16 +71,16 @@ func TestPopulatedPoolIsClean(t *testing.T) {
 
 func TestNotAPool(t *testing.T) {
 	m := pmem.NewMemory(testPoolSize)
-	if _, err := Check(m); err == nil {
+	if _, err := recovery.Check(m); err == nil {
 		t.Fatal("Check of zeros succeeded")
 	}
-	if _, err := Repair(m); err == nil {
+	if _, err := recovery.Repair(m); err == nil {
 		t.Fatal("Repair of zeros succeeded")
 	}
 	m, _ = buildPool(t)
 	m.Bytes()[100] ^= 1
 	m.Bytes()[format.BlockSize+100] ^= 1
-	if _, err := Check(m); err == nil || !strings.Contains(err.Error(), "both superblocks") {
+	if _, err := recovery.Check(m); err == nil || !strings.Contains(err.Error(), "both superblocks") {
 		t.Fatalf("both superblocks bad: err %v", err)
 	}
 }
@@ -479,7 +481,7 @@ func TestJournalReplayedInMemory(t *testing.T) {
 		t.Fatal("pending transaction not seen")
 	}
 	// Without the replay the pool would be inconsistent.
-	if a, _ := analyze(img, false); len(a.rep.Problems) == 0 {
+	if a, _ := recovery.Analyze(img, false); len(a.Rep.Problems) == 0 {
 		t.Fatal("the un-replayed image is consistent: the test proves nothing")
 	}
 	rr := repairClean(t, img)
@@ -507,7 +509,7 @@ func TestSessionDamaged(t *testing.T) {
 	// Entry 2's Tail_ptr leaves its segment.
 	hdr, err := format.DecodeFLogHeader(m.Bytes()[flog.Off():])
 	must(t, err)
-	le.PutUint64(m.Bytes()[hdr.PLog.Off()+2*format.PLogLine:], 1<<40)
+	binary.LittleEndian.PutUint64(m.Bytes()[hdr.PLog.Off()+2*format.PLogLine:], 1<<40)
 	used := r.UsedBlocks
 	r = check(t, m)
 	requireProblem(t, r, fmt.Sprintf("inode %d", f.Ino), "entry 2: Tail_ptr", "abandons the session")
@@ -583,7 +585,7 @@ func TestRepairIsCrashSafe(t *testing.T) {
 	_, off := getInode(t, m, s.ino["/link"])
 	m.Bytes()[off+format.INMtime] ^= 1 // damaged inode
 	rec := pmem.NewRecorder(m.Bytes())
-	r, err := Repair(rec)
+	r, err := recovery.Repair(rec)
 	must(t, err)
 	if !r.Clean() {
 		t.Fatalf("not clean:%s", problems(r))
@@ -595,10 +597,10 @@ func TestRepairIsCrashSafe(t *testing.T) {
 	}
 	for k := 0; k <= n; k += stride {
 		img := sliceMedium(rec.Image(k))
-		if _, err := Check(img); err != nil {
+		if _, err := recovery.Check(img); err != nil {
 			t.Fatalf("crash after fence %d/%d of Repair: Check: %v", k, n, err)
 		}
-		rr, err := Repair(img)
+		rr, err := recovery.Repair(img)
 		if err != nil || !rr.Clean() {
 			t.Fatalf("crash after fence %d/%d of Repair, then Repair: %v%s", k, n, err, problems(rr))
 		}

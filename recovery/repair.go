@@ -1,9 +1,9 @@
 package recovery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -169,7 +169,7 @@ func (w *dirAdder) add(name string, ino format.Ino, typ uint8) error {
 		if n := len(w.exts); n > 0 {
 			goal = w.exts[n-1].Phys + format.Blk(w.exts[n-1].Len)
 		}
-		b, ok := w.a.used.alloc(goal)
+		b, ok := w.a.used.AllocContig(goal, 1)
 		if !ok {
 			return fmt.Errorf("growing directory %d: %w", w.in.ino, errNoSpace)
 		}
@@ -201,104 +201,25 @@ func (w *dirAdder) finish() ([]rec, error) {
 }
 
 // encodeExtents stores exts into d (inline part) and returns the overflow
-// blocks' records, reusing in's chain and allocating more if needed.
+// blocks' records (format.EncodeExtents), reusing in's chain and
+// allocating more if needed.
 func (a *analysis) encodeExtents(in *inode, d *format.Inode, exts []format.Extent) ([]rec, error) {
-	d.Extents = uint32(len(exts))
-	d.Inline = [format.InlineExtents]format.Extent{}
-	copy(d.Inline[:], exts)
-	var rest []format.Extent
-	if len(exts) > format.InlineExtents {
-		rest = exts[format.InlineExtents:]
-	}
-	need := (len(rest) + format.OverflowSlot - 1) / format.OverflowSlot
+	need := format.OverflowBlocks(len(exts))
 	ovf := append([]format.Blk(nil), in.ovf...)
 	for len(ovf) < need {
 		goal := a.sb.DataStart
 		if len(ovf) > 0 {
 			goal = ovf[len(ovf)-1] + 1
 		}
-		b, ok := a.used.alloc(goal)
+		b, ok := a.used.AllocContig(goal, 1)
 		if !ok {
 			return nil, fmt.Errorf("extent overflow block for inode %d: %w", in.ino, errNoSpace)
 		}
 		ovf = append(ovf, b)
 	}
-	ovf = ovf[:need]
-	d.Overflow = 0
-	if need > 0 {
-		d.Overflow = ovf[0]
-	}
 	var recs []rec
-	for i, b := range ovf {
-		chunk := rest[i*format.OverflowSlot : min(len(rest), (i+1)*format.OverflowSlot)]
-		var next format.Blk
-		if i+1 < len(ovf) {
-			next = ovf[i+1]
-		}
-		buf := make([]byte, format.BlockSize)
-		format.EncodeOverflow(buf, chunk, next)
-		recs = append(recs, rec{b.Off(), buf})
-	}
+	format.EncodeExtents(d, exts, ovf[:need], func(b format.Blk, block []byte) {
+		recs = append(recs, rec{b.Off(), bytes.Clone(block)})
+	})
 	return recs, nil
-}
-
-// ---------------------------------------------------------------------
-// bitmap of the data region: 1 = owned by a live inode.
-
-type bitmap struct {
-	start format.Blk
-	n     uint64
-	w     []uint64
-}
-
-func newBitmap(start format.Blk, total uint64) bitmap {
-	n := total - uint64(start)
-	return bitmap{start: start, n: n, w: make([]uint64, (n+63)/64)}
-}
-
-func (b *bitmap) get(blk format.Blk) bool {
-	i := uint64(blk - b.start)
-	return b.w[i/64]&(1<<(i%64)) != 0
-}
-
-func (b *bitmap) setRun(blk format.Blk, n uint64) {
-	for i := uint64(blk - b.start); i < uint64(blk-b.start)+n; i++ {
-		b.w[i/64] |= 1 << (i % 64)
-	}
-}
-
-func (b *bitmap) clearRun(blk format.Blk, n uint64) {
-	for i := uint64(blk - b.start); i < uint64(blk-b.start)+n; i++ {
-		b.w[i/64] &^= 1 << (i % 64)
-	}
-}
-
-func (b *bitmap) count() uint64 {
-	var c int
-	for _, w := range b.w {
-		c += bits.OnesCount64(w)
-	}
-	return uint64(c)
-}
-
-// alloc takes the first free block at or after goal, else the first free
-// block at all.
-func (b *bitmap) alloc(goal format.Blk) (format.Blk, bool) {
-	from := uint64(0)
-	if goal >= b.start && uint64(goal-b.start) < b.n {
-		from = uint64(goal - b.start)
-	}
-	for _, r := range [][2]uint64{{from, b.n}, {0, from}} {
-		for i := r[0]; i < r[1]; i++ {
-			if w := b.w[i/64]; w == ^uint64(0) && i%64 == 0 {
-				i += 63
-				continue
-			}
-			if b.w[i/64]&(1<<(i%64)) == 0 {
-				b.w[i/64] |= 1 << (i % 64)
-				return b.start + format.Blk(i), true
-			}
-		}
-	}
-	return 0, false
 }

@@ -266,7 +266,7 @@ func (a *analysis) unclaim(ino format.Ino, what string) {
 	kept := a.claims[:0]
 	for _, c := range a.claims {
 		if c.ino == ino && c.what == what {
-			a.used.clearRun(c.phys, c.n)
+			a.used.Release(c.phys, c.n)
 			continue
 		}
 		kept = append(kept, c)

@@ -1,4 +1,4 @@
-package recovery
+package recovery_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // makeTable turns a new file into an embedding table through the pool API.
@@ -86,7 +87,7 @@ func TestTablesAreClean(t *testing.T) {
 		t.Errorf("%d used blocks", r.UsedBlocks)
 	}
 	before := bytes.Clone(m.Bytes())
-	rr, err := Repair(m)
+	rr, err := recovery.Repair(m)
 	must(t, err)
 	if len(rr.Repaired) != 0 || !rr.Clean() || !bytes.Equal(before, m.Bytes()) {
 		t.Fatalf("Repair of a clean pool: %q%s", rr.Repaired, problems(rr))
@@ -326,7 +327,7 @@ func TestTierRepairIsCrashSafe(t *testing.T) {
 	m.Bytes()[superOf(t, m).Tier.Off()+format.TRCount] ^= 1
 	m.Bytes()[shardOff(t, m, ino["/t1"], 0)] ^= 1
 	rec := pmem.NewRecorder(m.Bytes())
-	r, err := Repair(rec)
+	r, err := recovery.Repair(rec)
 	must(t, err)
 	if !r.Clean() {
 		t.Fatalf("not clean:%s", problems(r))
@@ -334,10 +335,10 @@ func TestTierRepairIsCrashSafe(t *testing.T) {
 	n := rec.Fences()
 	for k := 0; k <= n; k++ {
 		img := sliceMedium(rec.Image(k))
-		if _, err := Check(img); err != nil {
+		if _, err := recovery.Check(img); err != nil {
 			t.Fatalf("crash after fence %d/%d of Repair: Check: %v", k, n, err)
 		}
-		rr, err := Repair(img)
+		rr, err := recovery.Repair(img)
 		if err != nil || !rr.Clean() {
 			t.Fatalf("crash after fence %d/%d of Repair, then Repair: %v%s", k, n, err, problems(rr))
 		}
