@@ -274,4 +274,3 @@ func (fs *FS) UpdateRegistry(f func(old []byte) ([]byte, error)) error {
 	}
 	return nil
 }
-
