@@ -150,7 +150,7 @@ func (c *change) abort() {
 	}
 	c.undo = nil
 	for _, e := range c.allocated {
-		c.fs.alloc.release(e.Phys, e.Len)
+		c.fs.alloc.Release(e.Phys, e.Len)
 	}
 	c.allocated = nil
 }
@@ -161,13 +161,13 @@ func (fs *FS) releaseBlocks(b Blk, n uint64) {
 	if z, ok := fs.m.(interface{ Zero(off, n int64) error }); ok {
 		_ = z.Zero(int64(b.Off()), int64(n*format.BlockSize))
 	}
-	fs.alloc.release(b, n)
+	fs.alloc.Release(b, n)
 }
 
 // allocBlocks allocates n blocks near goal, recorded in the change so an
 // abort returns them. Their content is undefined.
 func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
-	runs := c.fs.alloc.allocRuns(goal, n)
+	runs := c.fs.alloc.AllocRuns(goal, n)
 	if runs == nil {
 		return nil, ErrNoSpace
 	}
@@ -203,7 +203,7 @@ func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero, unwritt
 // allocMeta allocates one run of n blocks for metadata that will be stored
 // through the mapping (directory, overflow, xattr, symlink blocks).
 func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {
-	b, ok := c.fs.alloc.allocContig(goal, n)
+	b, ok := c.fs.alloc.AllocContig(goal, n)
 	if !ok {
 		return 0, ErrNoSpace
 	}
@@ -366,23 +366,19 @@ func (in *Inode) goalLocked(fb uint64) Blk {
 // Loading at mount.
 
 // load builds the DRAM inodes from what recovery.Mount decoded: the
-// inode table, directory indexes, embedding tables and open sessions
-// (these two mark their own blocks used).
+// inode table, directory indexes, embedding tables and open sessions.
 func (fs *FS) load(st *recovery.State) error {
 	for _, r := range st.Inodes {
 		in := &Inode{fs: fs, Ino: r.Ino, d: r.D, typ: r.D.Mode & format.ModeType, exts: r.Exts, ovf: r.Ovf,
 			xattrs: r.Xattrs, xattrBlocks: r.XattrBlocks, refs: r.Refs, parent: r.Parent}
-		if err := fs.loadTable(in); err != nil {
-			return fmt.Errorf("inode %d: %w", r.Ino, err)
-		}
+		fs.loadTable(in, r.Table)
+		fs.loadSession(in, r.Session)
 		fs.inodes[r.Ino] = in
 	}
 	for _, r := range st.Inodes {
 		in := fs.inodes[r.Ino]
 		if in.IsDir() {
 			fs.loadDir(in, r.Entries)
-		} else if err := fs.loadSession(in); err != nil {
-			return fmt.Errorf("inode %d: session: %w", in.Ino, err)
 		}
 	}
 	return nil

@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
@@ -86,7 +87,7 @@ type FS struct {
 	freeIno []Ino // free slots, lowest last (popped first)
 	genSeq  uint64
 
-	alloc allocator
+	alloc *alloc.Map           // free blocks, rebuilt at every mount by recovery.Mount; never on media
 	zero  []byte               // read-only zeros served for holes
 	file  *os.File             // pool file of an emulated pool (pmem.FileBacked), else nil
 	wb    pmem.WritebackErrors // the medium's, or nil
@@ -268,7 +269,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		ReplayedRecs: st.Replayed}
 	fs := &FS{m: m, sb: sb, j: st.Journal, log: log, inodes: map[Ino]*Inode{}, freeIno: st.FreeInos,
 		zero: make([]byte, 1<<20), lockMode: opts.LockMode, tailInterval: opts.TailInterval, atime: opts.Atime}
-	fs.alloc.m = st.Free
+	fs.alloc = st.Free
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}
@@ -303,7 +304,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		}
 	}
 	rep.Inodes = len(fs.inodes)
-	rep.FreeBlocks = fs.alloc.free()
+	rep.FreeBlocks = fs.alloc.Free()
 	rep.UsedBlocks = sb.Blocks - uint64(sb.DataStart) - rep.FreeBlocks
 	return fs, rep, nil
 }
@@ -400,7 +401,7 @@ func (fs *FS) Statfs() StatFS {
 	used := uint64(len(fs.inodes))
 	fs.imu.Unlock()
 	return StatFS{
-		Blocks: fs.sb.Blocks - uint64(fs.sb.DataStart), Free: fs.alloc.free(),
+		Blocks: fs.sb.Blocks - uint64(fs.sb.DataStart), Free: fs.alloc.Free(),
 		Files: fs.sb.InodeCount - 1, FFree: fs.sb.InodeCount - 1 - used,
 		BlockSize: format.BlockSize, NameLen: format.MaxNameLen,
 	}
@@ -413,6 +414,6 @@ func (fs *FS) StatsSnapshot() map[string]uint64 {
 		"reads": fs.stats.Reads.Load(), "writes": fs.stats.Writes.Load(),
 		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
 		"fsyncs": fs.stats.Fsyncs.Load(), "journal_commits": c, "journal_bytes": b,
-		"free_blocks": fs.alloc.free(),
+		"free_blocks": fs.alloc.Free(),
 	}
 }

@@ -106,8 +106,8 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		for _, h := range holes {
 			need += h.Len
 		}
-		if need+uint64(fb+pb) > fs.alloc.free() {
-			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.free())
+		if need+uint64(fb+pb) > fs.alloc.Free() {
+			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.Free())
 		}
 		added, err := c.fillHolesLocked(in, holes, true, false)
 		if err != nil {
@@ -430,25 +430,11 @@ func (fs *FS) FinishSession(in *Inode) error {
 	return fs.closeSessionLocked(in, true)
 }
 
-// loadSession rebuilds an open session at mount from its segment log and
-// claims the log's blocks. recoverSessions then runs the repair steps
-// (DESIGN.md §Two-layer log): a segment whose Tail_ptr reached its end
-// while P_flag is still 0 is finished; a session with no unfinished
-// segment left is closed. Others stay open for the job to resume from
-// Tail_ptr.
-func (fs *FS) loadSession(in *Inode) error {
-	f := seglog.FieldsOf(&in.d)
-	if !f.Open() {
-		return nil
-	}
-	st, err := seglog.Read(seglog.Mapped(&fs.sb, fs.m.Bytes()), f)
-	if err != nil {
-		return err
-	}
-	for _, r := range st.Layout.Regions() {
-		if !fs.alloc.markUsed(r.Phys, r.Len) {
-			return fmt.Errorf("the F_log at block %d or the P_log at block %d is used twice", st.Layout.FLog, st.Layout.Header.PLog)
-		}
+// loadSession rebuilds an open session's DRAM state at mount from its
+// segment log as recovery.Mount read it.
+func (fs *FS) loadSession(in *Inode, st *seglog.State) {
+	if st == nil {
+		return
 	}
 	s := &session{log: seglog.Attach(fs.m, st)}
 	for i, g := range st.Segments {
@@ -457,7 +443,6 @@ func (fs *FS) loadSession(in *Inode) error {
 		s.segs = append(s.segs, seg)
 	}
 	in.sess.Store(s)
-	return nil
 }
 
 // recoverSessions runs the mount's repair steps (DESIGN.md §Two-layer log)

@@ -161,33 +161,12 @@ func (fs *FS) WriteExt(in *Inode, kind ExtKind, off int, b []byte) error {
 	return c.commit()
 }
 
-// loadTable decodes a table inode's descriptor header at mount and
-// accounts for its blocks.
-func (fs *FS) loadTable(in *Inode) error {
-	d := &in.d
-	blk := d.TableBlk()
-	if d.Flags&format.InodeTable == 0 {
-		if blk != 0 {
-			return fmt.Errorf("%w: table descriptor %d without the table flag", format.ErrCorrupt, blk)
-		}
-		return nil
+// loadTable installs a table inode's descriptor as recovery.Mount
+// decoded it.
+func (fs *FS) loadTable(in *Inode, hdr *format.TableHeader) {
+	if hdr != nil {
+		in.table.Store(&tableState{desc: in.d.TableBlk(), hdr: *hdr})
 	}
-	if in.typ != format.ModeReg || len(in.exts) != 0 || !fs.sb.ValidData(blk, 1) {
-		return fmt.Errorf("%w: table inode (type %#o, %d extents, descriptor block %d)", format.ErrCorrupt, in.typ, len(in.exts), blk)
-	}
-	b := fs.m.Bytes()
-	hdr, err := format.DecodeTableHeader(b[blk.Off():])
-	if err != nil {
-		return fmt.Errorf("table descriptor at block %d: %w", blk, err)
-	}
-	if !fs.sb.ValidData(blk, uint64(hdr.Blocks)) || !fs.alloc.markUsed(blk, uint64(hdr.Blocks)) {
-		return fmt.Errorf("%w: table descriptor blocks %d..%d out of range or shared", format.ErrCorrupt, blk, uint64(blk)+uint64(hdr.Blocks)-1)
-	}
-	if hdr.Size() != d.Size {
-		return fmt.Errorf("%w: table size %d, rows x row bytes = %d", format.ErrCorrupt, d.Size, hdr.Size())
-	}
-	in.table.Store(&tableState{desc: blk, hdr: hdr})
-	return nil
 }
 
 // stageFreeTable adds a table's descriptor to a change being freed and
@@ -250,17 +229,17 @@ func (fs *FS) UpdateRegistry(f func(old []byte) ([]byte, error)) error {
 		c.tx.Write(fs.sb.Tier.Off(), buf)
 		return c.commit()
 	}
-	b, ok := fs.alloc.allocContig(fs.sb.DataStart, 1)
+	b, ok := fs.alloc.AllocContig(fs.sb.DataStart, 1)
 	if !ok {
 		return ErrNoSpace
 	}
 	if err := fs.materialize(b, 1); err != nil {
-		fs.alloc.release(b, 1)
+		fs.alloc.Release(b, 1)
 		return err
 	}
 	copy(fs.m.Bytes()[b.Off():], buf)
 	if err := fs.m.Persist(int64(b.Off()), format.BlockSize); err != nil {
-		fs.alloc.release(b, 1)
+		fs.alloc.Release(b, 1)
 		return ioErr("writing the SSD-tier registry", err)
 	}
 	fs.sb.Tier = b
@@ -269,7 +248,7 @@ func (fs *FS) UpdateRegistry(f func(old []byte) ([]byte, error)) error {
 		// medium is failing) before the block is reused.
 		fs.sb.Tier = 0
 		_ = fs.writeSuperblock()
-		fs.alloc.release(b, 1)
+		fs.alloc.Release(b, 1)
 		return err
 	}
 	return nil

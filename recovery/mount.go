@@ -6,6 +6,7 @@ import (
 	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
+	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -32,9 +33,8 @@ type State struct {
 	// taken first).
 	FreeInos []format.Ino
 	// Free is the free-block map, with the blocks of every extent,
-	// overflow chain and xattr region, and the SSD-tier registry block,
-	// marked used. Table descriptors and session logs are marked by their own
-	// loaders in the core.
+	// overflow chain, xattr region, table descriptor and session log, and
+	// the SSD-tier registry block, marked used.
 	Free *alloc.Map
 	// Orphans are the inodes with link count 0 that no entry names
 	// (unlinked while open when the last daemon died): the core frees them.
@@ -58,6 +58,12 @@ type Inode struct {
 	Parent  format.Ino
 	// Refs counts the directory entries naming the inode.
 	Refs int
+	// Table is an embedding table's descriptor header (its blocks start at
+	// D.TableBlk()), nil for other files.
+	Table *format.TableHeader
+	// Session is the open segmented session's log read back (resume
+	// points), nil when none is open.
+	Session *seglog.State
 }
 
 // Entry is a used directory slot.
@@ -138,6 +144,12 @@ func (st *State) scan(m pmem.Medium) error {
 			}
 			in.Xattrs, in.XattrBlocks = xs, nb
 		}
+		if err := st.loadTable(in, b); err != nil {
+			return fmt.Errorf("inode %d: %w", ino, err)
+		}
+		if err := st.loadSession(in, b); err != nil {
+			return fmt.Errorf("inode %d: session: %w", ino, err)
+		}
 		live[ino] = in
 	}
 	for ino := format.RootIno; uint64(ino) < sb.InodeCount; ino++ {
@@ -167,6 +179,55 @@ func (st *State) scan(m pmem.Medium) error {
 			st.Orphans = append(st.Orphans, in.Ino)
 		}
 	}
+	return nil
+}
+
+// loadTable decodes a table inode's descriptor header and marks the
+// descriptor's blocks used. The rest of the descriptor (the translation
+// table) is package embedding's to decode.
+func (st *State) loadTable(in *Inode, b []byte) error {
+	d := &in.D
+	blk := d.TableBlk()
+	if d.Flags&format.InodeTable == 0 {
+		if blk != 0 {
+			return fmt.Errorf("%w: table descriptor %d without the table flag", format.ErrCorrupt, blk)
+		}
+		return nil
+	}
+	if d.Mode&format.ModeType != format.ModeReg || len(in.Exts) != 0 || !st.SB.ValidData(blk, 1) {
+		return fmt.Errorf("%w: table inode (type %#o, %d extents, descriptor block %d)", format.ErrCorrupt, d.Mode&format.ModeType, len(in.Exts), blk)
+	}
+	hdr, err := format.DecodeTableHeader(b[blk.Off():])
+	if err != nil {
+		return fmt.Errorf("table descriptor at block %d: %w", blk, err)
+	}
+	if !st.SB.ValidData(blk, uint64(hdr.Blocks)) || !st.Free.MarkUsed(blk, uint64(hdr.Blocks)) {
+		return fmt.Errorf("%w: table descriptor blocks %d..%d out of range or shared", format.ErrCorrupt, blk, uint64(blk)+uint64(hdr.Blocks)-1)
+	}
+	if hdr.Size() != d.Size {
+		return fmt.Errorf("%w: table size %d, rows x row bytes = %d", format.ErrCorrupt, d.Size, hdr.Size())
+	}
+	in.Table = &hdr
+	return nil
+}
+
+// loadSession reads an open session's log (journal/seglog) and marks its
+// regions used.
+func (st *State) loadSession(in *Inode, b []byte) error {
+	f := seglog.FieldsOf(&in.D)
+	if !f.Open() || in.D.Mode&format.ModeType == format.ModeDir {
+		return nil
+	}
+	s, err := seglog.Read(seglog.Mapped(&st.SB, b), f)
+	if err != nil {
+		return err
+	}
+	for _, r := range s.Layout.Regions() {
+		if !st.Free.MarkUsed(r.Phys, r.Len) {
+			return fmt.Errorf("the F_log at block %d or the P_log at block %d is used twice", s.Layout.FLog, s.Layout.Header.PLog)
+		}
+	}
+	in.Session = s
 	return nil
 }
 
