@@ -350,7 +350,9 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 					}
 				}
 			})
-			fs.m.Fence()
+			if err := fs.m.Fence(); err != nil && ferr == nil {
+				ferr = err
+			}
 		}
 		if ferr != nil {
 			// The tail must not pass data that is not durable.
