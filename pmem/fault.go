@@ -30,6 +30,7 @@ type Faulty struct {
 	crash           func()
 
 	ops      int          // operations seen (Persist counts as Flush and Fence)
+	opsOf    map[Op]int   // of them, by kind
 	inj      []*injection // Inject
 	failures []Failure    // operations Inject failed
 
@@ -332,6 +333,21 @@ func (f *Faulty) Ops() int {
 	return f.ops
 }
 
+// OpsOf returns how many operations of the given kinds have passed
+// through f: with it a test names the n-th write (Injection{Ops: OpWrite,
+// Nth: n}) of a deterministic run.
+func (f *Faulty) OpsOf(kinds Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for k, c := range f.opsOf {
+		if kinds&k != 0 {
+			n += c
+		}
+	}
+	return n
+}
+
 // Failures returns the operations Inject has made fail, in order.
 func (f *Faulty) Failures() []Failure {
 	f.mu.Lock()
@@ -339,10 +355,19 @@ func (f *Faulty) Failures() []Failure {
 	return append([]Failure(nil), f.failures...)
 }
 
+// count counts a Flush that an old-style flush fault failed.
 func (f *Faulty) count() {
 	f.mu.Lock()
-	f.ops++
+	f.countLocked(OpFlush)
 	f.mu.Unlock()
+}
+
+func (f *Faulty) countLocked(op Op) {
+	f.ops++
+	if f.opsOf == nil {
+		f.opsOf = map[Op]int{}
+	}
+	f.opsOf[op]++
 }
 
 // inject counts an operation and decides whether an Injection fails it;
@@ -350,7 +375,7 @@ func (f *Faulty) count() {
 func (f *Faulty) inject(op Op, off, n int64) (*injection, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops++
+	f.countLocked(op)
 	for _, in := range f.inj {
 		if in.Ops&op == 0 {
 			continue

@@ -239,8 +239,9 @@ func TestFaultyInjectEachOp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if clean.Ops() != 8 {
-		t.Fatalf("Ops %d, want 8", clean.Ops())
+	if clean.Ops() != 8 || clean.OpsOf(OpWrite) != 2 || clean.OpsOf(OpFlush|OpFence) != 4 || clean.OpsOf(OpPunch) != 1 {
+		t.Fatalf("Ops %d, writes %d, flushes and fences %d, punches %d; want 8, 2, 4, 1",
+			clean.Ops(), clean.OpsOf(OpWrite), clean.OpsOf(OpFlush|OpFence), clean.OpsOf(OpPunch))
 	}
 	kinds := []Op{OpWrite, OpFallocate, OpPunch, OpFlush, OpFence, OpFlush, OpFence, OpWrite}
 	for k := 1; k <= 8; k++ {
