@@ -369,3 +369,47 @@ func TestFaultyOldAPIBesideInject(t *testing.T) {
 		t.Fatalf("ops %d, flush failures %d, fences %d; want 5, 1, 1", f.Ops(), f.FlushFailures(), f.Fences())
 	}
 }
+
+// BenchmarkWriteFresh compares storing into fresh (sparse) pages of an
+// emulated pool with WriteAt (pwrite) and through the mapping, the reason
+// WriteAt exists.
+func BenchmarkWriteFresh(b *testing.B) {
+	const chunk = 1 << 20
+	for _, how := range []string{"WriteAt", "mapping"} {
+		b.Run(how, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "pool")
+			if err := Create(path, 256<<20, false); err != nil {
+				b.Fatal(err)
+			}
+			m, err := Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			if m.Kind() != Emulated {
+				b.Skipf("pool is %s", m.Kind())
+			}
+			buf := bytes.Repeat([]byte{1}, chunk)
+			b.SetBytes(chunk)
+			off := int64(0)
+			for b.Loop() {
+				if off+chunk > m.Size() {
+					b.StopTimer()
+					if err := m.Punch(0, m.Size()); err != nil {
+						b.Fatal(err)
+					}
+					off = 0
+					b.StartTimer()
+				}
+				if how == "WriteAt" {
+					if err := m.WriteAt(buf, off); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					copy(m.Bytes()[off:], buf)
+				}
+				off += chunk
+			}
+		})
+	}
+}

@@ -65,9 +65,9 @@ type Medium interface {
 	Size() int64
 	// WriteAt stores p at pool offset off, all of it or an error. On an
 	// emulated pool it is a pwrite of the pool file: storing through the
-	// mapping takes a page fault per fresh 4 KiB page, about ten times
-	// slower there (the mapping and the file share one page cache). On
-	// DAX and memory media it copies into Bytes().
+	// mapping takes a page fault per fresh 4 KiB page, several times
+	// slower there (BenchmarkWriteFresh; the mapping and the file share
+	// one page cache). On DAX and memory media it copies into Bytes().
 	WriteAt(p []byte, off int64) error
 	// Fallocate backs [off, off+n) of a sparse pool file, so that a later
 	// store into it cannot kill the process with SIGBUS on a full disk;
