@@ -11,6 +11,9 @@ TEST_TMP  ?= /dev/shm/dnnfs-test
 # Fuzz runs are bounded by executions, not time: a time bound makes the Go
 # fuzz coordinator fail with "context deadline exceeded" on a loaded machine.
 FUZZEXECS ?= 50000x
+# staticcheck (honnef.co/go/tools), pinned; `make deps` installs it.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
 .PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm
 
@@ -40,6 +43,8 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-numpy >/dev/null; }
 	@test -e /dev/fuse || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)"; exit 1; }
 	$(GO) mod download
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
+		{ echo "installing: staticcheck $(STATICCHECK_VERSION)"; $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 
 run: build
 	@mkdir -p $(dir $(POOL)) $(MNT)
@@ -50,6 +55,7 @@ run: build
 
 vet:
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
 # The end-to-end packages mount a daemon built with -race, so a data race in

@@ -263,7 +263,7 @@ func TestResumeAfterDaemonCrash(t *testing.T) {
 	}
 	f.Close()
 	fs.Kill(t)
-	fs = fs.Remount(t)
+	fs.Remount(t)
 
 	after, err := client.GetSession(path)
 	if err != nil || after == nil {
@@ -335,7 +335,7 @@ func TestResumeInterruptedSave(t *testing.T) {
 		t.Fatalf("interrupted save: err %v, want a SegmentError", err)
 	}
 	t.Logf("interrupted save: %v", err)
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	after, err := client.GetSession(path)
 	if err != nil || after == nil {
 		t.Fatalf("no session after the crash: %+v, %v", after, err)
@@ -452,7 +452,7 @@ func TestResumeLoad(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("load through a dead mount succeeded")
 	}
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	s, err := client.GetSession(path)
 	if err != nil || s == nil || s.Mode != "read" {
 		t.Fatalf("read session after the crash: %+v, %v", s, err)

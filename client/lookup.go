@@ -4,8 +4,8 @@ package client
 // dnnfs mount (made with setxattr user.dnnfs.table) has a request file
 // T.lookup; one write() is one request (indices, bag offsets, optional
 // per-sample weights), one read() is one completed result, in completion
-// order, matched to its request by tag. The wire format is specified in
-// the "Request file wire format" section of package embedding's doc.
+// order, matched to its request by tag. The wire format is package
+// embedding/wire's (its package doc has the byte layout).
 //
 //	t, err := client.OpenTable("/mnt/emb/user.tbl")
 //	pooled, err := t.Lookup(indices, offsets, client.Sum, nil) // bags x dim float32s
@@ -14,13 +14,11 @@ package client
 //	r, err := t.Next()                                       // ...results as they complete
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +26,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dnnfs/dnnfs/embedding/wire"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 const (
@@ -40,121 +41,45 @@ const (
 
 	// RequestHeaderSize and ResultHeaderSize are the fixed parts of a
 	// request and a result.
-	RequestHeaderSize = 48
-	ResultHeaderSize  = 32
-
-	requestMagic   uint32 = 0x514C4E44 // "DNLQ"
-	resultMagic    uint32 = 0x524C4E44 // "DNLR"
-	requestVersion uint16 = 1
-	flagWeights    uint32 = 1 // per-sample weights follow (mode sum only)
+	RequestHeaderSize = wire.RequestHeaderSize
+	ResultHeaderSize  = wire.ResultHeaderSize
 )
 
-var le = binary.LittleEndian
-
-// Mode is what a lookup does with the rows it names.
-type Mode uint8
+// The lookup modes, dtypes, results and their errors are package wire's;
+// the names here keep the client's API in one place.
+type (
+	// Mode is what a lookup does with the rows it names.
+	Mode = wire.Mode
+	// Dtype is the element type of a table's values.
+	Dtype = wire.Dtype
+	// Result is one decoded result.
+	Result = wire.Result
+	// StatusError is a request the file system failed (a non-zero result
+	// status): errors.Is(err, syscall.EIO) says a device failed.
+	StatusError = wire.StatusError
+)
 
 const (
-	// Gather returns the rows themselves, one per index, in the table's
-	// dtype (no offsets).
-	Gather Mode = 0
-	// Sum pools each bag to the (optionally weighted) sum of its rows, in
-	// float32, like torch.nn.EmbeddingBag(mode="sum").
-	Sum Mode = 1
-	// Mean pools each bag to the mean of its rows, in float32; an empty
-	// bag pools to zeros.
-	Mean Mode = 2
+	Gather = wire.Gather // the rows themselves, in the table's dtype
+	Sum    = wire.Sum    // each bag's (weighted) sum, in float32
+	Mean   = wire.Mean   // each bag's mean, in float32
+
+	F32  = wire.F32
+	F16  = wire.F16
+	BF16 = wire.BF16
 )
-
-func (m Mode) String() string {
-	switch m {
-	case Gather:
-		return "gather"
-	case Sum:
-		return "sum"
-	case Mean:
-		return "mean"
-	}
-	return "mode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// Dtype is the element type of a table's values.
-type Dtype uint8
-
-const (
-	F32  Dtype = 1 // IEEE 754 single precision
-	F16  Dtype = 2 // IEEE 754 half precision
-	BF16 Dtype = 3 // bfloat16: the upper half of a float32
-)
-
-// Size returns the bytes per value, 0 for an unknown dtype.
-func (d Dtype) Size() int {
-	switch d {
-	case F32:
-		return 4
-	case F16, BF16:
-		return 2
-	}
-	return 0
-}
-
-func (d Dtype) String() string {
-	switch d {
-	case F32:
-		return "f32"
-	case F16:
-		return "f16"
-	case BF16:
-		return "bf16"
-	}
-	return "dtype(" + strconv.Itoa(int(d)) + ")"
-}
 
 // ParseDtype reads f32, f16 or bf16 (or float32, float16, bfloat16).
-func ParseDtype(s string) (Dtype, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "f32", "float32", "fp32":
-		return F32, nil
-	case "f16", "float16", "fp16", "half":
-		return F16, nil
-	case "bf16", "bfloat16":
-		return BF16, nil
-	}
-	return 0, fmt.Errorf("dtype %q: want f32, f16 or bf16", s)
-}
+func ParseDtype(s string) (Dtype, error) { return wire.ParseDtype(s) }
 
 var (
 	// ErrBadResult: a result that does not follow the wire format, or
 	// does not fit its request (count, dtype, payload size).
-	ErrBadResult = errors.New("malformed lookup result")
+	ErrBadResult = wire.ErrBadResult
 	// ErrNothingInFlight: Next was called with no Submit'ed request left
 	// to return (the request file's 0-byte read).
 	ErrNothingInFlight = errors.New("no lookup request in flight")
 )
-
-// invalid is a request this package refuses to send; it wraps EINVAL, the
-// error the file system gives a malformed request.
-func invalid(field, format string, a ...any) error {
-	return fmt.Errorf("lookup request: %s: %s: %w", field, fmt.Sprintf(format, a...), syscall.EINVAL)
-}
-
-// StatusError is a request the file system failed (a non-zero result
-// status): errors.Is(err, syscall.EIO) says a device failed.
-type StatusError struct {
-	Path  string // the request file ("" from DecodeResult users)
-	Tag   uint64
-	Errno syscall.Errno
-}
-
-func (e *StatusError) Error() string {
-	p := ""
-	if e.Path != "" {
-		p = e.Path + ": "
-	}
-	return fmt.Sprintf("%slookup %d failed: %v", p, e.Tag, e.Errno)
-}
-
-func (e *StatusError) Unwrap() error { return e.Errno }
 
 // EncodeLookup builds one request. indices are row numbers (>= 0; the
 // file system checks them against the table's rows). offsets start the
@@ -163,182 +88,16 @@ func (e *StatusError) Unwrap() error { return e.Errno }
 // not decrease and are at most len(indices). Gather takes no offsets;
 // Sum and Mean need at least one offset when there are indices. weights,
 // if not nil, are per-sample weights, one per index, and need Sum. dtype
-// is the dtype the caller expects the table to have. Errors wrap
-// syscall.EINVAL.
+// is the dtype the caller expects the table to have. Errors are
+// *wire.FieldError and wrap syscall.EINVAL.
 func EncodeLookup(tag uint64, mode Mode, dtype Dtype, indices []int64, offsets []int64, weights []float32) ([]byte, error) {
-	n, b := len(indices), len(offsets)
-	switch {
-	case mode > Mean:
-		return nil, invalid("mode", "%d, want 0 gather, 1 sum or 2 mean", mode)
-	case dtype.Size() == 0:
-		return nil, invalid("dtype", "%d, want 1 f32, 2 f16 or 3 bf16", dtype)
-	case mode == Gather && b != 0:
-		return nil, invalid("offsets", "%d offsets with mode gather (want none)", b)
-	case mode != Gather && b == 0 && n > 0:
-		return nil, invalid("offsets", "none with %d indices: mode %v pools bags (use offsets [0] for one bag)", n, mode)
-	case weights != nil && mode != Sum:
-		return nil, invalid("weights", "per-sample weights need mode sum, not %v", mode)
-	case weights != nil && len(weights) != n:
-		return nil, invalid("weights", "%d weights for %d indices", len(weights), n)
-	}
-	for i, v := range indices {
-		if v < 0 {
-			return nil, invalid("indices", "indices[%d] = %d is negative", i, v)
-		}
-	}
-	for j, v := range offsets {
-		switch {
-		case j == 0 && v != 0:
-			return nil, invalid("offsets", "offsets[0] = %d, want 0", v)
-		case v > int64(n):
-			return nil, invalid("offsets", "offsets[%d] = %d > %d indices", j, v, n)
-		case j > 0 && v < offsets[j-1]:
-			return nil, invalid("offsets", "offsets[%d] = %d < offsets[%d] = %d (must not decrease)", j, v, j-1, offsets[j-1])
-		}
-	}
-	var flags uint32
-	total := RequestHeaderSize + 8*n + 8*b
-	if weights != nil {
-		flags |= flagWeights
-		total += 4 * n
-	}
-	out := make([]byte, total)
-	le.PutUint32(out[0:], requestMagic)
-	le.PutUint16(out[4:], requestVersion)
-	out[6] = byte(mode)
-	out[7] = byte(dtype)
-	le.PutUint64(out[8:], tag)
-	le.PutUint32(out[16:], flags)
-	// out[20:24]: reserved, zero
-	le.PutUint64(out[24:], uint64(n))
-	le.PutUint64(out[32:], uint64(b))
-	le.PutUint64(out[40:], uint64(total))
-	p := out[RequestHeaderSize:]
-	for i, v := range indices {
-		le.PutUint64(p[8*i:], uint64(v))
-	}
-	p = p[8*n:]
-	for j, v := range offsets {
-		le.PutUint64(p[8*j:], uint64(v))
-	}
-	p = p[8*b:]
-	for i, w := range weights {
-		le.PutUint32(p[4*i:], math.Float32bits(w))
-	}
-	return out, nil
-}
-
-// Result is one decoded result.
-type Result struct {
-	Tag     uint64
-	Status  syscall.Errno // 0, or why the request failed (then Payload is empty)
-	Count   int           // rows (gather) or bags (sum, mean)
-	Dtype   Dtype         // of Payload: the table's for gather, F32 for sum and mean
-	Payload []byte        // Count rows of dim values, little-endian
-}
-
-// Err returns nil for a successful result, else a *StatusError.
-func (r Result) Err() error {
-	if r.Status == 0 {
-		return nil
-	}
-	return &StatusError{Tag: r.Tag, Errno: r.Status}
+	return wire.EncodeRequest(&wire.Request{Tag: tag, Mode: mode, Dtype: dtype, Indices: indices, Offsets: offsets, Weights: weights})
 }
 
 // DecodeResult decodes one whole result (header and payload, nothing
 // after). It checks the framing; a non-zero Status is not an error here
 // (see Result.Err). Errors wrap ErrBadResult.
-func DecodeResult(b []byte) (Result, error) {
-	var r Result
-	if len(b) < ResultHeaderSize {
-		return r, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrBadResult, len(b), ResultHeaderSize)
-	}
-	if m := le.Uint32(b[0:]); m != resultMagic {
-		return r, fmt.Errorf("%w: magic %#x, want %#x (\"DNLR\")", ErrBadResult, m, resultMagic)
-	}
-	r.Status = syscall.Errno(le.Uint32(b[4:]))
-	r.Tag = le.Uint64(b[8:])
-	plen := le.Uint64(b[16:])
-	count := le.Uint32(b[24:])
-	r.Dtype = Dtype(b[28])
-	if plen != uint64(len(b)-ResultHeaderSize) {
-		return r, fmt.Errorf("%w: tag %d: header says %d payload bytes, %d follow", ErrBadResult, r.Tag, plen, len(b)-ResultHeaderSize)
-	}
-	if uint64(count) > uint64(math.MaxInt32) {
-		return r, fmt.Errorf("%w: tag %d: count %d", ErrBadResult, r.Tag, count)
-	}
-	r.Count = int(count)
-	r.Payload = b[ResultHeaderSize:]
-	if r.Status != 0 {
-		if plen != 0 {
-			return r, fmt.Errorf("%w: tag %d: status %d (%v) with %d payload bytes (want none)", ErrBadResult, r.Tag, uint32(r.Status), r.Status, plen)
-		}
-		return r, nil
-	}
-	es := uint64(r.Dtype.Size())
-	switch {
-	case es == 0:
-		return r, fmt.Errorf("%w: tag %d: payload dtype %d, want 1 f32, 2 f16 or 3 bf16", ErrBadResult, r.Tag, r.Dtype)
-	case plen%es != 0:
-		return r, fmt.Errorf("%w: tag %d: %d payload bytes are not whole %v values", ErrBadResult, r.Tag, plen, r.Dtype)
-	case r.Count == 0 && plen != 0:
-		return r, fmt.Errorf("%w: tag %d: count 0 with %d payload bytes", ErrBadResult, r.Tag, plen)
-	case r.Count != 0 && plen/es%uint64(r.Count) != 0:
-		return r, fmt.Errorf("%w: tag %d: %d %v values do not make %d equal rows", ErrBadResult, r.Tag, plen/es, r.Dtype, r.Count)
-	}
-	return r, nil
-}
-
-// Float32s converts the payload to float32 values: Count rows of dim
-// values each, row after row.
-func (r Result) Float32s() ([]float32, error) {
-	p := r.Payload
-	es := r.Dtype.Size()
-	if es == 0 {
-		if len(p) == 0 {
-			return []float32{}, nil
-		}
-		return nil, fmt.Errorf("%w: tag %d: payload dtype %d, want 1 f32, 2 f16 or 3 bf16", ErrBadResult, r.Tag, r.Dtype)
-	}
-	if len(p)%es != 0 {
-		return nil, fmt.Errorf("%w: tag %d: %d payload bytes are not whole %v values", ErrBadResult, r.Tag, len(p), r.Dtype)
-	}
-	out := make([]float32, len(p)/es)
-	switch r.Dtype {
-	case F32:
-		for i := range out {
-			out[i] = math.Float32frombits(le.Uint32(p[4*i:]))
-		}
-	case F16:
-		for i := range out {
-			out[i] = f16ToFloat32(le.Uint16(p[2*i:]))
-		}
-	case BF16:
-		for i := range out {
-			out[i] = bf16ToFloat32(le.Uint16(p[2*i:]))
-		}
-	}
-	return out, nil
-}
-
-// f16ToFloat32 converts an IEEE 754 half (exactly: every half is a
-// float32).
-func f16ToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch exp {
-	case 0: // zero or subnormal: mant * 2^-24, exact in float32
-		v := float32(mant) * (1.0 / (1 << 24))
-		return math.Float32frombits(sign | math.Float32bits(v))
-	case 0x1f: // infinity, NaN (payload kept)
-		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-}
-
-// bf16ToFloat32 converts a bfloat16: the upper 16 bits of a float32.
-func bf16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+func DecodeResult(b []byte) (Result, error) { return wire.DecodeResult(b) }
 
 // TableInfo is a table's shape, from its user.dnnfs.table xattr.
 type TableInfo struct {
@@ -353,24 +112,32 @@ type TableInfo struct {
 func ParseTableInfo(v string) (TableInfo, error) {
 	info := TableInfo{Attrs: map[string]string{}}
 	v = strings.TrimRight(v, "\x00 \t\r\n")
-	for _, kv := range strings.Split(v, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return info, fmt.Errorf("%s %q: %q is not key=value", XattrTable, v, kv)
-		}
-		info.Attrs[k] = val
-	}
-	var err error
-	if info.Rows, err = strconv.ParseInt(info.Attrs["rows"], 10, 64); err != nil || info.Rows < 1 {
-		return info, fmt.Errorf("%s %q: rows: want a positive integer", XattrTable, v)
-	}
-	dim, err := strconv.ParseInt(info.Attrs["dim"], 10, 32)
-	if err != nil || dim < 1 {
-		return info, fmt.Errorf("%s %q: dim: want a positive integer", XattrTable, v)
-	}
-	info.Dim = int(dim)
-	if info.Dtype, err = ParseDtype(info.Attrs["dtype"]); err != nil {
+	items, err := kv.Parse(v)
+	if err != nil {
 		return info, fmt.Errorf("%s %q: %w", XattrTable, v, err)
+	}
+	info.Attrs = kv.Map(items)
+	for _, it := range items {
+		var n int64
+		switch it.Key {
+		case "rows":
+			info.Rows, err = it.Int(1, math.MaxInt64)
+		case "dim":
+			n, err = it.Int(1, math.MaxInt32)
+			info.Dim = int(n)
+		case "dtype":
+			if info.Dtype, err = ParseDtype(it.Value); err != nil {
+				err = it.Errorf("want f32, f16 or bf16")
+			}
+		}
+		if err != nil {
+			return info, fmt.Errorf("%s %q: %w", XattrTable, v, err)
+		}
+	}
+	for _, k := range []string{"rows", "dim", "dtype"} {
+		if _, ok := info.Attrs[k]; !ok {
+			return info, fmt.Errorf("%s %q: no %s", XattrTable, v, k)
+		}
 	}
 	return info, nil
 }
@@ -598,7 +365,7 @@ func (t *Table) submit(indices, offsets []int64, mode Mode, weights []float32, s
 	}
 	for i, v := range indices {
 		if v >= t.info.Rows {
-			return nil, 0, fmt.Errorf("%s: %w", t.path, invalid("indices", "indices[%d] = %d out of range [0, %d)", i, v, t.info.Rows))
+			return nil, 0, fmt.Errorf("%s: %w", t.path, &wire.FieldError{Field: "indices", Msg: fmt.Sprintf("indices[%d] = %d out of range [0, %d)", i, v, t.info.Rows)})
 		}
 	}
 	tag := t.tags.Add(1)
@@ -773,14 +540,10 @@ func (t *Table) readResult(first int) ([]byte, error) {
 	case n < ResultHeaderSize:
 		return nil, fmt.Errorf("%s: %w: read returned %d bytes, shorter than the %d-byte header", t.lpath, ErrBadResult, n, ResultHeaderSize)
 	}
-	if m := le.Uint32(b); m != resultMagic {
-		return nil, fmt.Errorf("%s: %w: magic %#x, want %#x (\"DNLR\")", t.lpath, ErrBadResult, m, resultMagic)
+	total, err := wire.ResultLength(b[:n])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.lpath, err)
 	}
-	plen := le.Uint64(b[16:])
-	if plen > math.MaxInt-ResultHeaderSize {
-		return nil, fmt.Errorf("%s: %w: payload of %d bytes", t.lpath, ErrBadResult, plen)
-	}
-	total := ResultHeaderSize + int(plen)
 	if n > total {
 		return nil, fmt.Errorf("%s: %w: one read returned %d bytes, the result has %d", t.lpath, ErrBadResult, n, total)
 	}
@@ -806,7 +569,7 @@ func (t *Table) readResult(first int) ([]byte, error) {
 // tag not pending (a request whose write reported an error after it went
 // through) is dropped.
 func (t *Table) deliverLocked(raw []byte) {
-	tag := le.Uint64(raw[8:])
+	tag := wire.ResultTag(raw)
 	p, ok := t.pending[tag]
 	if !ok {
 		return

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,9 +16,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dnnfs/dnnfs/embedding/wire"
 )
 
-// The wire format of embedding/doc.go, written out by hand. The same
+var le = binary.LittleEndian
+
+// The wire format of package embedding/wire, written out by hand. The same
 // bytes are in python/test_dnnfs_wire.py.
 var (
 	// tag 0x0102030405060708, sum, f16, indices [3 0 7], offsets [0 2],
@@ -165,7 +170,7 @@ func TestDecodeResultGolden(t *testing.T) {
 // result builds a result message.
 func result(tag uint64, status uint32, count int, dtype Dtype, payload []byte) []byte {
 	b := make([]byte, ResultHeaderSize+len(payload))
-	le.PutUint32(b[0:], resultMagic)
+	le.PutUint32(b[0:], wire.ResultMagic)
 	le.PutUint32(b[4:], status)
 	le.PutUint64(b[8:], tag)
 	le.PutUint64(b[16:], uint64(len(payload)))
@@ -253,79 +258,6 @@ func f16Ref(h uint16) float64 {
 	return sign * math.Ldexp(1+m/1024, e-15)
 }
 
-func TestF16ToFloat32(t *testing.T) {
-	for _, c := range []struct {
-		h    uint16
-		want float32
-	}{
-		{0x3C00, 1}, {0xC000, -2}, {0x7BFF, 65504}, {0xFBFF, -65504},
-		{0x0001, 0x1p-24},        // smallest subnormal
-		{0x03FF, 1023 * 0x1p-24}, // largest subnormal
-		{0x8001, -0x1p-24},       // negative subnormal
-		{0x0400, 0x1p-14},        // smallest normal
-		{0x3555, 0.333251953125}, // 1/3 rounded
-		{0x3BFF, 0.99951171875},  // largest below 1
-		{0x3C01, 1.0009765625},   // smallest above 1
-		{0x4248, 3.140625},       // pi rounded
-		{0x0000, 0},
-	} {
-		if got := f16ToFloat32(c.h); got != c.want {
-			t.Errorf("f16 %#04x = %g, want %g", c.h, got, c.want)
-		}
-	}
-	if got := f16ToFloat32(0x8000); got != 0 || !math.Signbit(float64(got)) {
-		t.Errorf("f16 0x8000 = %g, want -0", got)
-	}
-	if got := f16ToFloat32(0x7C00); !math.IsInf(float64(got), 1) {
-		t.Errorf("f16 0x7C00 = %g, want +Inf", got)
-	}
-	if got := f16ToFloat32(0xFC00); !math.IsInf(float64(got), -1) {
-		t.Errorf("f16 0xFC00 = %g, want -Inf", got)
-	}
-	for _, h := range []uint16{0x7E00, 0x7C01, 0xFE00} {
-		if got := f16ToFloat32(h); !math.IsNaN(float64(got)) {
-			t.Errorf("f16 %#04x = %g, want NaN", h, got)
-		}
-	}
-	// Every half, against the definition.
-	for i := 0; i < 1<<16; i++ {
-		h := uint16(i)
-		got, want := f16ToFloat32(h), f16Ref(h)
-		if math.IsNaN(want) {
-			if !math.IsNaN(float64(got)) {
-				t.Fatalf("f16 %#04x = %g, want NaN", h, got)
-			}
-			continue
-		}
-		if float64(got) != want || math.Signbit(float64(got)) != (h&0x8000 != 0) {
-			t.Fatalf("f16 %#04x = %g, want %g", h, got, want)
-		}
-	}
-}
-
-func TestBF16ToFloat32(t *testing.T) {
-	for _, c := range []struct {
-		h    uint16
-		want float32
-	}{
-		{0x3F80, 1}, {0xC000, -2}, {0x4049, 3.140625}, {0x3F00, 0.5},
-		{0x7F7F, 0x1.fep127}, // largest finite
-		{0x0080, 0x1p-126},   // smallest normal
-		{0x0001, 0x1p-133},   // smallest subnormal
-		{0x0000, 0},
-	} {
-		if got := bf16ToFloat32(c.h); got != c.want {
-			t.Errorf("bf16 %#04x = %g, want %g", c.h, got, c.want)
-		}
-	}
-	if got := bf16ToFloat32(0x7F80); !math.IsInf(float64(got), 1) {
-		t.Errorf("bf16 0x7F80 = %g, want +Inf", got)
-	}
-	if got := bf16ToFloat32(0x7FC0); !math.IsNaN(float64(got)) {
-		t.Errorf("bf16 0x7FC0 = %g, want NaN", got)
-	}
-}
-
 func TestParseTableInfo(t *testing.T) {
 	info, err := ParseTableInfo("rows=1000,dim=64,dtype=bf16,shard_rows=256,shards=4\n")
 	if err != nil {
@@ -342,7 +274,7 @@ func TestParseTableInfo(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// A fake request file: the behaviour embedding/doc.go specifies, with
+// A fake request file: the behaviour package embedding/wire specifies, with
 // requests completing in random order after random delays.
 
 type fakeFile struct {

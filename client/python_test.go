@@ -122,7 +122,7 @@ func TestPythonResume(t *testing.T) {
 	f.Sync()
 	f.Close()
 	fs.Kill(t)
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	s, err = client.GetSession(path)
 	if err != nil || s == nil {
 		t.Fatalf("session after the crash: %+v, %v", s, err)
@@ -261,7 +261,7 @@ print(json.dumps({"resumed": st, "equal": out == want, "fresh": fresh, "fresh_eq
 	if !strings.HasPrefix(line, "interrupted:") {
 		t.Fatalf("python: %q, want the load interrupted\n%s", line, stderr.String())
 	}
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	s, err := client.GetSession(path)
 	if err != nil || s == nil {
 		t.Fatalf("read session after the crash: %+v, %v", s, err)

@@ -78,8 +78,7 @@ func TestACLInheritedAndPersisted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := fs.Create(dir, "sub", NewInode{Mode: format.ModeDir | 0o777})
-	if err != nil {
+	if _, err := fs.Create(dir, "sub", NewInode{Mode: format.ModeDir | 0o777}); err != nil {
 		t.Fatal(err)
 	}
 	mode := uint32(0o640)
@@ -95,7 +94,7 @@ func TestACLInheritedAndPersisted(t *testing.T) {
 	}
 	defer fs.Close()
 	f, _ = fs.Lookup(fs.Root(), "d")
-	sub, _ = fs.Lookup(f, "sub")
+	sub, _ := fs.Lookup(f, "sub")
 	f, _ = fs.Lookup(f, "f")
 	if a := f.Attr(); a.Mode != format.ModeReg|0o640 {
 		t.Errorf("file mode %o, want 100640", a.Mode)

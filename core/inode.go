@@ -450,8 +450,7 @@ func (fs *FS) load() error {
 // freed blocks (the file goes away with its session).
 func (c *change) freeSessionBlocks(in *Inode) {
 	if s := in.sess.Load(); s != nil {
-		c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
-			format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
+		c.freed = append(c.freed, s.log.Layout().Regions()...)
 		c.after = append(c.after, func() { in.sess.Store(nil) })
 	}
 }

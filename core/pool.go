@@ -93,9 +93,8 @@ type FS struct {
 	tgids        tgidCache
 	tailInterval uint64
 
-	tierMu     sync.Mutex          // leaf: the SSD-tier registry
-	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
-	tableFreed TableFreed          // see SetTableFreed
+	tierMu   sync.Mutex // leaf: the SSD-tier registry block (UpdateRegistry)
+	extFreed ExtFreed   // see SetExtFreed
 
 	freed   broadcaster // signalled after each inode is freed (see RetryNoSpace)
 	closed  atomic.Bool

@@ -6,11 +6,11 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/lock"
 )
 
@@ -21,18 +21,16 @@ var ErrBusy = errors.New("a segmented-I/O session is already open on the file")
 // persisted Tail_ptr updates: a crash redoes at most this much per thread.
 const DefaultTailInterval = 4 << 20
 
-// session is the DRAM state of an open segmented-I/O session (SEEDS.md
-// §1b). Its persistent half is the F_log and the P_logs in the pool.
+// session is the DRAM state of an open segmented-I/O session
+// (DESIGN.md §Two-layer log). Its persistent half is the segment log
+// (package seglog): the F_log and the P_logs in the pool.
 type session struct {
 	// cmu orders every store into the log regions (Tail_ptr, F_log entry)
 	// against the close that frees them: holders re-check closed. Order:
 	// Inode.mu -> cmu -> mu.
 	cmu    sync.Mutex
-	mu     sync.Mutex // leaf
-	mode   uint32
-	size   uint64
-	flog   Blk
-	hdr    format.FLogHeader
+	mu     sync.Mutex    // leaf
+	log    *seglog.Log   // immutable
 	owner  atomic.Uint32 // process of the session (first data request); others are other applications
 	segs   []*segment
 	closed bool
@@ -51,64 +49,18 @@ type segment struct {
 }
 
 // SessionSegment describes one segment (user.dnnfs.session, dnnfs recover).
-type SessionSegment struct {
-	Index  int    `json:"index"`
-	Start  uint64 `json:"start"`
-	Length uint64 `json:"length"`
-	Tail   uint64 `json:"tail"` // resume offset: bytes before it are done and durable
-	Done   bool   `json:"done"`
-	Pid    uint32 `json:"pid"`
-}
+type SessionSegment = seglog.SegmentReport
 
 // SessionInfo describes a session.
-type SessionInfo struct {
-	Threads  int              `json:"threads"`
-	Size     uint64           `json:"size"`
-	Mode     string           `json:"mode"`
-	Done     bool             `json:"done"`
-	Segments []SessionSegment `json:"segments"`
-}
-
-func modeName(m uint32) string {
-	if m == format.SessionRead {
-		return "read"
-	}
-	return "write"
-}
-
-// tailWord is the 8-byte Tail_ptr of segment i in the pool mapping.
-func (fs *FS) tailWord(s *session, i int) *uint64 {
-	off := s.hdr.PLog.Off() + format.Off(i*format.PLogLine)
-	return (*uint64)(unsafe.Pointer(&fs.m.Bytes()[off]))
-}
-
-func (fs *FS) tailOff(s *session, i int) format.Off {
-	return s.hdr.PLog.Off() + format.Off(i*format.PLogLine)
-}
-
-func (fs *FS) entryOff(s *session, i int) format.Off {
-	return s.flog.Off() + format.FLHeader + format.Off(i*format.FLEntry)
-}
-
-func (fs *FS) entryOf(s *session, i int) format.FEntry {
-	seg := s.segs[i]
-	e := format.FEntry{Pid: seg.pid, PartHead: seg.start, PLength: seg.end - seg.start, PLogAddr: fs.tailOff(s, i)}
-	if seg.finished {
-		e.PFlag, e.PLogAddr = 1, 0
-	}
-	if i+1 < len(s.segs) {
-		e.Next = fs.entryOff(s, i+1)
-	}
-	return e
-}
+type SessionInfo = seglog.Report
 
 // StartSession opens a segmented session on a regular file: for writes the
 // file is set to size bytes, all allocated (so no write extends it), and
 // split into threads segments (4 KiB aligned, the last takes the rest).
-// Persist order (SEEDS.md §1b): P_logs (Tail_ptr = segment start) and the
-// F_log (entries linked by Next) are written and persisted in blocks
-// nothing references yet; then one journal transaction sets the size,
-// extents, Process_num, F_flag = 0 and F_log_addr.
+// Persist order (DESIGN.md §Two-layer log): the segment log is written and
+// persisted in blocks nothing references yet (seglog.Create); then one
+// journal transaction sets the size, extents and the session fields that
+// link the log to the file.
 func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) error {
 	if in.IsDir() {
 		return ErrIsDir
@@ -119,13 +71,12 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if in.IsTable() {
 		return fmt.Errorf("%w: segmented sessions", ErrTable)
 	}
-	if threads < 1 || threads > format.MaxThreads || size == 0 || size > MaxFileSize ||
-		uint64(threads) > (size+bs-1)/bs || (mode != format.SessionWrite && mode != format.SessionRead) {
+	if size > MaxFileSize || (mode != format.SessionWrite && mode != format.SessionRead) {
 		return ErrInvalid
 	}
-	segLen := size / uint64(threads) / bs * bs
-	if segLen == 0 {
-		return ErrInvalid
+	segs, err := seglog.Split(size, threads)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
 	if err != nil {
@@ -140,6 +91,7 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if mode == format.SessionRead && size > in.d.Size {
 		return ErrInvalid
 	}
+	fb, pb := seglog.Blocks(threads)
 	c := fs.begin()
 	nd := in.d
 	if mode == format.SessionWrite {
@@ -154,7 +106,6 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		for _, h := range holes {
 			need += h.Len
 		}
-		fb, pb := format.FLogBlocks(threads)
 		if need+uint64(fb+pb) > fs.alloc.free() {
 			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.free())
 		}
@@ -177,8 +128,6 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		}
 		nd.Size = size
 	}
-	s := &session{mode: mode, size: size}
-	fb, pb := format.FLogBlocks(threads)
 	flog, err := c.allocMeta(fs.sb.DataStart, uint64(fb))
 	if err != nil {
 		c.abort()
@@ -189,46 +138,25 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		c.abort()
 		return err
 	}
-	s.flog = flog
-	s.hdr = format.FLogHeader{Count: uint32(threads), PLog: plog, Blocks: fb, PBlocks: pb}
-	for i := 0; i < threads; i++ {
-		seg := &segment{idx: i, start: uint64(i) * segLen, end: uint64(i+1) * segLen}
-		if i == threads-1 {
-			seg.end = size
-		}
-		seg.tail = seg.start
-		seg.persisted.Store(seg.start)
+	log, err := seglog.Create(fs.m, seglog.NewLayout(flog, plog, threads), segs, size, mode)
+	if err != nil {
+		c.abort()
+		return ioErr("writing a session's log", err)
+	}
+	s := &session{log: log}
+	for i, g := range segs {
+		seg := &segment{idx: i, start: g.Start, end: g.End, tail: g.Tail}
+		seg.persisted.Store(g.Tail)
 		s.segs = append(s.segs, seg)
 	}
-	// P_logs, then the F_log, persisted before anything points at them.
-	mem := fs.m.Bytes()
-	clear(mem[plog.Off() : plog.Off()+format.Off(pb)*bs])
-	for i, seg := range s.segs {
-		atomic.StoreUint64(fs.tailWord(s, i), seg.start)
-	}
-	if err := fs.m.Persist(int64(plog.Off()), int64(pb)*bs); err != nil {
-		c.abort()
-		return ioErr("writing a session's P_logs", err)
-	}
-	region := mem[flog.Off() : flog.Off()+format.Off(fb)*bs]
-	clear(region)
-	s.hdr.Encode(region)
-	for i := range s.segs {
-		e := fs.entryOf(s, i)
-		e.Encode(region[format.FLHeader+i*format.FLEntry:])
-	}
-	if err := fs.m.Persist(int64(flog.Off()), int64(len(region))); err != nil {
-		c.abort()
-		return ioErr("writing a session's F_log", err)
-	}
-	nd.SetSessionFields(uint32(threads), 0, flog, size, mode)
+	log.Fields().Store(&nd)
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
 		return err
 	}
 	in.sess.Store(s)
 	fs.log.Info("session started", zap.Uint64("ino", uint64(in.Ino)), zap.Int("threads", threads),
-		zap.Uint64("size", size), zap.String("mode", modeName(mode)))
+		zap.Uint64("size", size), zap.String("mode", seglog.ModeName(mode)))
 	return nil
 }
 
@@ -240,7 +168,7 @@ func (fs *FS) Session(in *Inode) (SessionInfo, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	info := SessionInfo{Threads: len(s.segs), Size: s.size, Mode: modeName(s.mode), Done: s.closed}
+	info := SessionInfo{Threads: len(s.segs), Size: s.log.Size(), Mode: seglog.ModeName(s.log.Mode()), Done: s.closed}
 	for _, seg := range s.segs {
 		info.Segments = append(info.Segments, SessionSegment{Index: seg.idx, Start: seg.start,
 			Length: seg.end - seg.start, Tail: seg.persisted.Load(), Done: seg.finished, Pid: seg.pid})
@@ -253,17 +181,18 @@ func (fs *FS) Session(in *Inode) (SessionInfo, bool) {
 // and is persisted every tail interval and at the segment's end.
 func (fs *FS) sessionProgress(in *Inode, c Caller, off, n uint64, write bool) {
 	s := in.sess.Load()
-	if s == nil || (s.mode == format.SessionWrite) != write {
+	if s == nil || (s.log.Mode() == format.SessionWrite) != write {
 		return
 	}
 	// Only the session's own process makes progress: another program's
-	// read or write of the file is not the job's work (SEEDS.md §1b: the
-	// tail is that thread's progress). TID 0 is the kernel's own requests
-	// (writeback of the job's shared mappings) and in-process callers.
+	// read or write of the file is not the job's work (DESIGN.md
+	// §Two-layer log: the tail is that thread's progress). TID 0 is the
+	// kernel's own requests (writeback of the job's shared mappings) and
+	// in-process callers.
 	if c.TID != 0 && fs.tgid(c.TID) != s.owner.Load() {
 		return
 	}
-	end := min(off+n, s.size)
+	end := min(off+n, s.log.Size())
 	var todo []*segment
 	s.mu.Lock()
 	if s.closed {
@@ -327,7 +256,7 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 	s.mu.Unlock()
 	from := seg.persisted.Load()
 	var exts []format.Extent
-	if target > from && s.mode == format.SessionWrite {
+	if target > from && s.log.Mode() == format.SessionWrite {
 		in.mu.Lock() // before cmu: the lock order is Inode.mu -> cmu
 		exts = in.exts
 		in.mu.Unlock()
@@ -341,29 +270,19 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 		return nil
 	}
 	if target > from {
-		var ferr error
-		if s.mode == format.SessionWrite {
+		// For writes, the pool ranges of the data the tail passes: the
+		// log makes them durable before the Tail_ptr moves.
+		var data []seglog.Span
+		if s.log.Mode() == format.SessionWrite {
 			walk(exts, int64(from), int64(target-from), func(p int64, _, k int) {
 				if p >= 0 {
-					if err := fs.m.Flush(p, int64(k)); err != nil && ferr == nil {
-						ferr = err
-					}
+					data = append(data, seglog.Span{Off: p, Len: int64(k)})
 				}
 			})
-			if err := fs.m.Fence(); err != nil && ferr == nil {
-				ferr = err
-			}
 		}
-		if ferr != nil {
-			// The tail must not pass data that is not durable.
+		if err := s.log.MoveTail(seg.idx, target, data); err != nil {
 			s.cmu.Unlock()
-			return ioErr(fmt.Sprintf("persisting segment %d's data [%d, %d)", seg.idx, from, target), ferr)
-		}
-		atomic.StoreUint64(fs.tailWord(s, seg.idx), target)
-		if err := fs.m.Persist(int64(fs.tailOff(s, seg.idx)), 8); err != nil {
-			// Memory may run ahead of the media here: a crash redoes more.
-			s.cmu.Unlock()
-			return ioErr(fmt.Sprintf("persisting segment %d's tail", seg.idx), err)
+			return ioErr(fmt.Sprintf("persisting segment %d's progress [%d, %d)", seg.idx, from, target), err)
 		}
 		seg.persisted.Store(target)
 	}
@@ -371,17 +290,12 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 		// The entry changes (Pid recorded; or P_flag = 1, P_log_addr =
 		// NULL): one 64-byte journal record. DRAM says finished only after
 		// it commits, so no other segment closes the session before.
+		g := seglog.Segment{Start: seg.start, End: seg.end, Pid: pid}
 		s.mu.Lock()
-		e := fs.entryOf(s, seg.idx)
-		e.Pid = pid
-		if finish {
-			e.PFlag, e.PLogAddr = 1, 0
-		}
+		g.Done = seg.finished || finish
 		s.mu.Unlock()
-		var buf [format.FLEntry]byte
-		e.Encode(buf[:])
 		c := fs.begin()
-		c.tx.Write(fs.entryOff(s, seg.idx), buf[:])
+		s.log.StageEntry(c.tx, seg.idx, g)
 		if err := c.commit(); err != nil {
 			s.cmu.Unlock()
 			return err
@@ -431,13 +345,12 @@ func (fs *FS) closeSessionLocked(in *Inode, finished bool) error {
 	c := fs.begin()
 	nd := in.d
 	if finished {
-		nd.SetSessionFields(uint32(len(s.segs)), 1, 0, s.size, s.mode)
+		s.log.Fields().Finish().Store(&nd)
 	} else {
-		nd.SetSessionFields(0, 0, 0, 0, 0)
+		seglog.Fields{}.Store(&nd) // no session
 	}
 	c.putInode(in, nd)
-	c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
-		format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
+	c.freed = append(c.freed, s.log.Layout().Regions()...)
 	if err := c.commit(); err != nil {
 		s.mu.Lock()
 		s.closed = false
@@ -457,9 +370,8 @@ func (c *change) stageAbandonLocked(in *Inode, nd *format.Inode) {
 	if s == nil {
 		return
 	}
-	nd.SetSessionFields(0, 0, 0, 0, 0)
-	c.freed = append(c.freed, format.Extent{Phys: s.flog, Len: uint64(s.hdr.Blocks)},
-		format.Extent{Phys: s.hdr.PLog, Len: uint64(s.hdr.PBlocks)})
+	seglog.Fields{}.Store(nd) // no session
+	c.freed = append(c.freed, s.log.Layout().Regions()...)
 	fs := c.fs
 	// Closed before the commit frees the regions; cmu keeps in-flight
 	// tail stores out until then.
@@ -518,54 +430,38 @@ func (fs *FS) FinishSession(in *Inode) error {
 	return fs.closeSessionLocked(in, true)
 }
 
-// loadSession rebuilds an open session at mount and runs SEEDS.md §1c:
-// a segment whose Tail_ptr reached its end while P_flag is still 0 is
-// finished (step 4); when no unfinished segment remains, the session is
-// closed (step 6). Others stay open for the job to resume from Tail_ptr.
+// loadSession rebuilds an open session at mount from its segment log and
+// claims the log's blocks. recoverSessions then runs the repair steps
+// (DESIGN.md §Two-layer log): a segment whose Tail_ptr reached its end
+// while P_flag is still 0 is finished; a session with no unfinished
+// segment left is closed. Others stay open for the job to resume from
+// Tail_ptr.
 func (fs *FS) loadSession(in *Inode) error {
-	_, _, flog, size, mode := in.d.SessionFields()
-	if flog == 0 {
+	f := seglog.FieldsOf(&in.d)
+	if !f.Open() {
 		return nil
 	}
-	b := fs.m.Bytes()
-	if !fs.sb.ValidData(flog, 1) {
-		return fmt.Errorf("F_log at block %d out of range", flog)
-	}
-	hdr, err := format.DecodeFLogHeader(b[flog.Off():])
+	st, err := seglog.Read(seglog.Mapped(&fs.sb, fs.m.Bytes()), f)
 	if err != nil {
-		return fmt.Errorf("F_log at block %d: %w", flog, err)
+		return err
 	}
-	if !fs.sb.ValidData(flog, uint64(hdr.Blocks)) || !fs.sb.ValidData(hdr.PLog, uint64(hdr.PBlocks)) ||
-		!fs.alloc.markUsed(flog, uint64(hdr.Blocks)) || !fs.alloc.markUsed(hdr.PLog, uint64(hdr.PBlocks)) {
-		return fmt.Errorf("F_log at block %d or P_log at block %d out of range or shared", flog, hdr.PLog)
+	for _, r := range st.Layout.Regions() {
+		if !fs.alloc.markUsed(r.Phys, r.Len) {
+			return fmt.Errorf("the F_log at block %d or the P_log at block %d is used twice", st.Layout.FLog, st.Layout.Header.PLog)
+		}
 	}
-	s := &session{mode: mode, size: size, flog: flog, hdr: hdr}
-	for i := 0; i < int(hdr.Count); i++ {
-		off := s.flog.Off() + format.FLHeader + format.Off(i*format.FLEntry)
-		e, err := format.DecodeFEntry(b[off:])
-		if err != nil {
-			return fmt.Errorf("F_log entry %d: %w", i, err)
-		}
-		if e.PartHead > size || e.PLength > size-e.PartHead {
-			return fmt.Errorf("F_log entry %d: segment [%d, +%d) outside the session's %d bytes", i, e.PartHead, e.PLength, size)
-		}
-		seg := &segment{idx: i, start: e.PartHead, end: e.PartHead + e.PLength, pid: e.Pid, pidStored: true, finished: e.PFlag == 1}
-		tail := atomic.LoadUint64(fs.tailWord(s, i))
-		if seg.finished {
-			tail = seg.end
-		}
-		if tail < seg.start || tail > seg.end || seg.end > size {
-			return fmt.Errorf("F_log entry %d: Tail_ptr %d outside its segment [%d, %d)", i, tail, seg.start, seg.end)
-		}
-		seg.tail = tail
-		seg.persisted.Store(tail)
+	s := &session{log: seglog.Attach(fs.m, st)}
+	for i, g := range st.Segments {
+		seg := &segment{idx: i, start: g.Start, end: g.End, tail: g.Tail, pid: g.Pid, pidStored: true, finished: g.Done}
+		seg.persisted.Store(g.Tail)
 		s.segs = append(s.segs, seg)
 	}
 	in.sess.Store(s)
 	return nil
 }
 
-// recoverSessions runs the §1c repair steps on sessions loaded at mount.
+// recoverSessions runs the mount's repair steps (DESIGN.md §Two-layer log)
+// on sessions loaded at mount.
 func (fs *FS) recoverSessions() (open, closed int, err error) {
 	for _, in := range fs.Inodes() {
 		s := in.sess.Load()

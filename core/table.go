@@ -10,30 +10,50 @@ import (
 	"github.com/dnnfs/dnnfs/lock"
 )
 
-// Embedding tables (SEEDS.md §2): the pool keeps what names a table's rows
-// (the SSD-tier device registry and each table's descriptor, the
-// translation table), package embedding keeps the rows. Every change here
-// is a journal transaction like any other metadata change.
+// Extension metadata: an inode may carry a descriptor that belongs to an
+// extension of the file system, and the pool may hold one registry block
+// for it. Today there is one extension, the SSD tier's embedding tables
+// (package embedding): a table inode's descriptor is its shape and
+// translation table, the registry lists the SSD-tier devices. The core
+// stores, journals and frees these blocks; it reads no more of them than
+// the descriptor header's length and file size (format.TableHeader),
+// which it needs to account for the blocks and the inode's size. What the
+// entries mean, and whether they are valid, is the extension's business.
 
 // ErrTable: the operation does not apply to an embedding table (its data
 // lives on the SSD tier; its size is fixed by rows x dim x dtype).
 var ErrTable = errors.New("not possible on an embedding table")
 
-// tableState is the DRAM half of a table inode.
+// ExtKind names the extension an inode's descriptor belongs to. On the
+// medium it is the inode's flag (format.InodeTable).
+type ExtKind uint8
+
+// ExtTable: an embedding table's descriptor (package embedding).
+const ExtTable ExtKind = 1
+
+// tableState is the DRAM half of an inode's descriptor.
 type tableState struct {
 	desc Blk
 	hdr  format.TableHeader
 }
 
-// TableFreed is called (outside every pool lock) after a table inode was
-// freed, with the shard locations it held, so the SSD tier can reuse them.
-// in identifies the freed inode (its number may be reused at once).
-type TableFreed func(in *Inode, hdr format.TableHeader, shards []format.ShardEntry)
+// bytes returns the descriptor in the pool (a view, not a copy).
+func (t *tableState) bytes(fs *FS) []byte {
+	off := t.desc.Off()
+	return fs.m.Bytes()[off : off+format.Off(t.hdr.Blocks)*bs]
+}
 
-// SetTableFreed installs the hook. Call before serving requests.
-func (fs *FS) SetTableFreed(f TableFreed) { fs.tableFreed = f }
+// ExtFreed is called (outside every core lock) after an inode carrying a
+// descriptor was freed, with a copy of the descriptor, so the extension
+// can reclaim what it names. in identifies the freed inode (its number
+// may be reused at once).
+type ExtFreed func(in *Inode, kind ExtKind, desc []byte)
 
-// Table returns the table header of in, or false if in is not a table.
+// SetExtFreed installs the hook. Call before serving requests.
+func (fs *FS) SetExtFreed(f ExtFreed) { fs.extFreed = f }
+
+// Table returns the descriptor header of a table inode, or false if in is
+// not a table.
 func (in *Inode) Table() (format.TableHeader, bool) {
 	t := in.table.Load()
 	if t == nil {
@@ -58,46 +78,31 @@ func (fs *FS) Tables() []*Inode {
 	return ts
 }
 
-// TableShards decodes the table's translation table from the pool.
-func (fs *FS) TableShards(in *Inode) ([]format.ShardEntry, error) {
+// ExtDesc returns a copy of in's descriptor of the given kind: its header
+// and entries, hdr.Blocks blocks.
+func (fs *FS) ExtDesc(in *Inode, kind ExtKind) ([]byte, error) {
 	t := in.table.Load()
-	if t == nil {
+	if t == nil || kind != ExtTable {
 		return nil, ErrInvalid
 	}
-	return fs.decodeShards(t)
+	return append([]byte(nil), t.bytes(fs)...), nil
 }
 
-func (fs *FS) decodeShards(t *tableState) ([]format.ShardEntry, error) {
-	ndev := len(fs.tier)
-	b := fs.m.Bytes()[t.desc.Off():]
-	es := make([]format.ShardEntry, t.hdr.Shards)
-	for i := range es {
-		e, err := format.DecodeShardEntry(b[format.TBHeader+i*format.ShardEntrySize:], ndev)
-		if err != nil {
-			return nil, fmt.Errorf("shard %d: %w", i, err)
-		}
-		es[i] = e
-	}
-	return es, nil
-}
-
-// CreateTable makes the empty regular file in an embedding table with the
-// given shape and shard locations (reserved by the caller on the SSD
-// tier). Persist order: the descriptor is written and persisted in blocks
+// CreateExt makes the empty regular file in an inode carrying desc, a
+// descriptor of the given kind: a whole number of blocks starting with a
+// format.TableHeader that says so. The file's size becomes the header's.
+// Persist order: the descriptor is written and persisted in blocks
 // nothing references; then one transaction points the inode at it.
-func (fs *FS) CreateTable(in *Inode, hdr format.TableHeader, shards []format.ShardEntry) error {
-	if in.typ != format.ModeReg {
+func (fs *FS) CreateExt(in *Inode, kind ExtKind, desc []byte) error {
+	if in.typ != format.ModeReg || kind != ExtTable {
 		return ErrInvalid
 	}
-	if len(shards) != int(hdr.Shards) {
-		return ErrInvalid
+	hdr, err := format.DecodeTableHeader(desc)
+	if err != nil {
+		return fmt.Errorf("%w: descriptor: %v", ErrInvalid, err)
 	}
-	for i := range shards {
-		var buf [format.ShardEntrySize]byte
-		shards[i].Encode(buf[:])
-		if _, err := format.DecodeShardEntry(buf[:], len(fs.tier)); err != nil {
-			return fmt.Errorf("%w: shard %d: %v", ErrInvalid, i, err)
-		}
+	if uint64(len(desc)) != uint64(hdr.Blocks)*uint64(bs) {
+		return fmt.Errorf("%w: descriptor of %d bytes, its header says %d blocks", ErrInvalid, len(desc), hdr.Blocks)
 	}
 	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
 	if err != nil {
@@ -115,55 +120,49 @@ func (fs *FS) CreateTable(in *Inode, hdr format.TableHeader, shards []format.Sha
 		return fmt.Errorf("%w: the file has data; make tables from new, empty files", ErrInvalid)
 	}
 	c := fs.begin()
-	desc, err := c.allocMeta(fs.sb.DataStart, uint64(hdr.Blocks))
+	blk, err := c.allocMeta(fs.sb.DataStart, uint64(hdr.Blocks))
 	if err != nil {
 		c.abort()
 		return err
 	}
-	region := fs.m.Bytes()[desc.Off() : desc.Off()+format.Off(hdr.Blocks)*bs]
-	clear(region)
-	hdr.Encode(region)
-	for i := range shards {
-		shards[i].Encode(region[format.TBHeader+i*format.ShardEntrySize:])
-	}
-	if err := fs.m.Persist(int64(desc.Off()), int64(len(region))); err != nil {
+	t := &tableState{desc: blk, hdr: hdr}
+	region := t.bytes(fs)
+	copy(region, desc)
+	if err := fs.m.Persist(int64(blk.Off()), int64(len(region))); err != nil {
 		c.abort()
 		return ioErr("writing the table descriptor", err)
 	}
 	nd := in.d
 	nd.Flags |= format.InodeTable
-	nd.SetTableBlk(desc)
+	nd.SetTableBlk(blk)
 	nd.Size = hdr.Size()
 	c.putInode(in, nd)
 	if err := c.commit(); err != nil {
 		return err
 	}
-	in.table.Store(&tableState{desc: desc, hdr: hdr})
+	in.table.Store(t)
 	fs.log.Info("embedding table created", zap.Uint64("ino", uint64(in.Ino)), zap.Uint64("rows", hdr.Rows),
 		zap.Uint32("dim", hdr.Dim), zap.Uint8("dtype", hdr.Dtype), zap.Uint32("shards", hdr.Shards))
 	return nil
 }
 
-// SetShard rewrites shard i's translation entry in one transaction (a
-// move or a replica change; SEEDS.md §2 migration).
-func (fs *FS) SetShard(in *Inode, i int, e format.ShardEntry) error {
+// WriteExt rewrites bytes [off, off+len(b)) of in's descriptor in one
+// transaction (a shard move or replica change). The header stays as it
+// is: it fixes the descriptor's length and the file's size.
+func (fs *FS) WriteExt(in *Inode, kind ExtKind, off int, b []byte) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	t := in.table.Load()
-	if t == nil || i < 0 || i >= int(t.hdr.Shards) {
+	if t == nil || kind != ExtTable || off < format.TBHeader || off+len(b) > int(t.hdr.Blocks)*bs {
 		return ErrInvalid
 	}
-	var buf [format.ShardEntrySize]byte
-	e.Encode(buf[:])
-	if _, err := format.DecodeShardEntry(buf[:], len(fs.tier)); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
 	c := fs.begin()
-	c.tx.Write(t.desc.Off()+format.TBHeader+format.Off(i)*format.ShardEntrySize, buf[:])
+	c.tx.Write(t.desc.Off()+format.Off(off), b)
 	return c.commit()
 }
 
-// loadTable decodes a table inode's descriptor at mount.
+// loadTable decodes a table inode's descriptor header at mount and
+// accounts for its blocks.
 func (fs *FS) loadTable(in *Inode) error {
 	d := &in.d
 	blk := d.TableBlk()
@@ -187,16 +186,12 @@ func (fs *FS) loadTable(in *Inode) error {
 	if hdr.Size() != d.Size {
 		return fmt.Errorf("%w: table size %d, rows x row bytes = %d", format.ErrCorrupt, d.Size, hdr.Size())
 	}
-	t := &tableState{desc: blk, hdr: hdr}
-	if _, err := fs.decodeShards(t); err != nil {
-		return fmt.Errorf("table descriptor at block %d: %w", blk, err)
-	}
-	in.table.Store(t)
+	in.table.Store(&tableState{desc: blk, hdr: hdr})
 	return nil
 }
 
 // stageFreeTable adds a table's descriptor to a change being freed and
-// reports its shards to the tier after the commit.
+// hands a copy of it to the extension after the commit.
 func (c *change) stageFreeTable(in *Inode) {
 	t := in.table.Load()
 	if t == nil {
@@ -204,92 +199,90 @@ func (c *change) stageFreeTable(in *Inode) {
 	}
 	fs := c.fs
 	c.freed = append(c.freed, format.Extent{Phys: t.desc, Len: uint64(t.hdr.Blocks)})
-	shards, err := fs.decodeShards(t)
-	if err != nil {
-		fs.log.Error("freeing a table whose descriptor no longer decodes; its SSD space is reclaimed at the next mount",
-			zap.Uint64("ino", uint64(in.Ino)), zap.Error(err))
-		shards = nil
-	}
+	desc := append([]byte(nil), t.bytes(fs)...)
 	c.after = append(c.after, func() {
 		in.table.Store(nil)
-		if fs.tableFreed != nil && shards != nil {
-			go fs.tableFreed(in, t.hdr, shards)
+		if fs.extFreed != nil {
+			go fs.extFreed(in, ExtTable, desc)
 		}
 	})
 }
 
 // ---------------------------------------------------------------------
-// SSD-tier device registry
-
-// TierDevices returns the registered devices; device id k is element k-1.
-func (fs *FS) TierDevices() []format.TierDevice {
-	fs.tierMu.Lock()
-	defer fs.tierMu.Unlock()
-	return append([]format.TierDevice(nil), fs.tier...)
-}
+// The extension's registry block
 
 // UUID returns the pool's identity.
 func (fs *FS) UUID() [16]byte { return fs.sb.UUID }
 
-// RegisterTierDevice adds a device to the registry and returns its id.
-// The first registration writes the registry block into a fresh block and
-// then points the superblock at it (primary, then replica); later ones
-// rewrite the block in a transaction.
-func (fs *FS) RegisterTierDevice(d format.TierDevice) (format.DevID, error) {
+// Registry returns a copy of the pool's registry block (the SSD-tier
+// device registry), nil if the pool has none yet.
+func (fs *FS) Registry() []byte {
 	fs.tierMu.Lock()
 	defer fs.tierMu.Unlock()
-	if len(fs.tier) >= format.MaxTierDevices {
-		return 0, fmt.Errorf("%w: the pool already has %d SSD-tier devices, the most it can register", ErrNoSpace, format.MaxTierDevices)
-	}
-	devs := append(append([]format.TierDevice(nil), fs.tier...), d)
-	buf := make([]byte, format.BlockSize)
-	format.EncodeTier(buf, devs)
-	if fs.sb.Tier == 0 {
-		b, ok := fs.alloc.allocContig(fs.sb.DataStart, 1)
-		if !ok {
-			return 0, ErrNoSpace
-		}
-		if err := fs.materialize(b, 1); err != nil {
-			fs.alloc.release(b, 1)
-			return 0, err
-		}
-		copy(fs.m.Bytes()[b.Off():], buf)
-		if err := fs.m.Persist(int64(b.Off()), format.BlockSize); err != nil {
-			fs.alloc.release(b, 1)
-			return 0, ioErr("writing the SSD-tier registry", err)
-		}
-		fs.sb.Tier = b
-		if err := fs.writeSuperblock(); err != nil {
-			// Point the superblocks back to no registry (best effort:
-			// the medium is failing) before the block is reused.
-			fs.sb.Tier = 0
-			_ = fs.writeSuperblock()
-			fs.alloc.release(b, 1)
-			return 0, err
-		}
-	} else {
-		c := fs.begin()
-		c.tx.Write(fs.sb.Tier.Off(), buf)
-		if err := c.commit(); err != nil {
-			return 0, err
-		}
-	}
-	fs.tier = devs
-	return format.DevID(len(devs)), nil
+	return fs.registryLocked()
 }
 
-// loadTier decodes the registry at mount.
+func (fs *FS) registryLocked() []byte {
+	if fs.sb.Tier == 0 {
+		return nil
+	}
+	off := fs.sb.Tier.Off()
+	return append([]byte(nil), fs.m.Bytes()[off:off+bs]...)
+}
+
+// UpdateRegistry replaces the registry block with what f makes of the
+// current one (nil if none; f returns one block), updates serialised.
+// The first one writes the block into a fresh block and then points the
+// superblock at it (primary, then replica); later ones rewrite the block
+// in a transaction. An error from f is returned as it is.
+func (fs *FS) UpdateRegistry(f func(old []byte) ([]byte, error)) error {
+	fs.tierMu.Lock()
+	defer fs.tierMu.Unlock()
+	buf, err := f(fs.registryLocked())
+	if err != nil {
+		return err
+	}
+	if len(buf) != bs {
+		return fmt.Errorf("%w: registry of %d bytes, want one block", ErrInvalid, len(buf))
+	}
+	if fs.sb.Tier != 0 {
+		c := fs.begin()
+		c.tx.Write(fs.sb.Tier.Off(), buf)
+		return c.commit()
+	}
+	b, ok := fs.alloc.allocContig(fs.sb.DataStart, 1)
+	if !ok {
+		return ErrNoSpace
+	}
+	if err := fs.materialize(b, 1); err != nil {
+		fs.alloc.release(b, 1)
+		return err
+	}
+	copy(fs.m.Bytes()[b.Off():], buf)
+	if err := fs.m.Persist(int64(b.Off()), format.BlockSize); err != nil {
+		fs.alloc.release(b, 1)
+		return ioErr("writing the SSD-tier registry", err)
+	}
+	fs.sb.Tier = b
+	if err := fs.writeSuperblock(); err != nil {
+		// Point the superblocks back to no registry (best effort: the
+		// medium is failing) before the block is reused.
+		fs.sb.Tier = 0
+		_ = fs.writeSuperblock()
+		fs.alloc.release(b, 1)
+		return err
+	}
+	return nil
+}
+
+// loadTier accounts for the registry block at mount (package embedding
+// decodes it).
 func (fs *FS) loadTier() error {
 	if fs.sb.Tier == 0 {
 		return nil
 	}
-	if !fs.alloc.markUsed(fs.sb.Tier, 1) {
-		return fmt.Errorf("%w: SSD-tier registry block %d is used twice", format.ErrCorrupt, fs.sb.Tier)
+	if !fs.sb.ValidData(fs.sb.Tier, 1) || !fs.alloc.markUsed(fs.sb.Tier, 1) {
+		return fmt.Errorf("%w: SSD-tier registry block %d is out of range or used twice", format.ErrCorrupt, fs.sb.Tier)
 	}
-	devs, err := format.DecodeTier(fs.m.Bytes()[fs.sb.Tier.Off():])
-	if err != nil {
-		return err
-	}
-	fs.tier = devs
 	return nil
 }

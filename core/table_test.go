@@ -1,15 +1,35 @@
 package core
 
 import (
+	"bytes"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
-func TestTableLifecycle(t *testing.T) {
+// descriptor builds a table descriptor: the header, then n shard entries
+// of recognisable bytes (the core does not read them).
+func descriptor(t *testing.T, rows uint64, shardRows uint64) (format.TableHeader, []byte) {
+	t.Helper()
+	hdr, err := format.NewTableHeader(rows, 16, format.DtypeF32, shardRows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, int(hdr.Blocks)*format.BlockSize)
+	hdr.Encode(b)
+	for i := format.TBHeader; i < format.TBHeader+int(hdr.Shards)*format.ShardEntrySize; i++ {
+		b[i] = byte(i)
+	}
+	return hdr, b
+}
+
+// The core stores, journals and frees an extension's descriptor and
+// registry block as bytes: they survive a remount as written, the file
+// takes the header's size, the header cannot be rewritten, and a freed
+// table hands its descriptor to the extension and its blocks back.
+func TestExtStore(t *testing.T) {
 	m := pmem.NewMemory(32 << 20)
 	if err := Format(m, 0, 0); err != nil {
 		t.Fatal(err)
@@ -18,28 +38,43 @@ func TestTableLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id1, err := fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"})
-	if err != nil || id1 != 1 {
-		t.Fatalf("register: %d %v", id1, err)
+	if fs.Registry() != nil {
+		t.Fatal("a new pool has a registry")
 	}
-	id2, err := fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"})
-	if err != nil || id2 != 2 {
-		t.Fatalf("register: %d %v", id2, err)
+	reg := bytes.Repeat([]byte{7}, format.BlockSize)
+	if err := fs.UpdateRegistry(func(old []byte) ([]byte, error) { return reg, nil }); err != nil {
+		t.Fatal(err)
 	}
+	reg2 := bytes.Repeat([]byte{8}, format.BlockSize)
+	if err := fs.UpdateRegistry(func(old []byte) ([]byte, error) {
+		if !bytes.Equal(old, reg) {
+			t.Errorf("UpdateRegistry got %x..., want the first block", old[:4])
+		}
+		return reg2, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errF := errors.New("refused")
+	if err := fs.UpdateRegistry(func([]byte) ([]byte, error) { return nil, errF }); err != errF {
+		t.Fatalf("UpdateRegistry refused by f: %v", err)
+	}
+	if err := fs.UpdateRegistry(func([]byte) ([]byte, error) { return []byte{1}, nil }); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("UpdateRegistry of one byte: %v", err)
+	}
+
 	in, err := fs.Create(fs.Root(), "t", NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr, err := format.NewTableHeader(1000, 16, format.DtypeF32, 300)
-	if err != nil {
+	hdr, desc := descriptor(t, 1000, 300)
+	if err := fs.CreateExt(in, ExtTable, desc[:len(desc)-1]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("descriptor cut short: %v", err)
+	}
+	if err := fs.CreateExt(in, ExtTable, desc); err != nil {
 		t.Fatal(err)
 	}
-	shards := []format.ShardEntry{{Dev: 1, Off: 4096}, {Dev: 2, Off: 4096}, {Dev: 1, Off: 1 << 20}, {Dev: 2, Off: 1 << 20}}
-	if err := fs.CreateTable(in, hdr, shards); err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.CreateTable(in, hdr, shards); !errors.Is(err, ErrExist) {
-		t.Fatalf("second CreateTable: %v, want ErrExist", err)
+	if err := fs.CreateExt(in, ExtTable, desc); !errors.Is(err, ErrExist) {
+		t.Fatalf("second CreateExt: %v, want ErrExist", err)
 	}
 	if err := fs.Truncate(in, 10); !errors.Is(err, ErrTable) {
 		t.Fatalf("truncate of a table: %v", err)
@@ -50,12 +85,17 @@ func TestTableLifecycle(t *testing.T) {
 	if in.Attr().Size != 1000*64 {
 		t.Fatalf("size %d", in.Attr().Size)
 	}
-	moved := format.ShardEntry{Dev: 2, Off: 2 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}
-	if err := fs.SetShard(in, 2, moved); err != nil {
+	entry := bytes.Repeat([]byte{0xee}, format.ShardEntrySize)
+	off := format.TBHeader + 2*format.ShardEntrySize
+	if err := fs.WriteExt(in, ExtTable, off, entry); err != nil {
 		t.Fatal(err)
 	}
-	if err := fs.SetShard(in, 2, format.ShardEntry{Dev: 3, Off: 4096}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("shard on an unregistered device: %v", err)
+	copy(desc[off:], entry)
+	if err := fs.WriteExt(in, ExtTable, 0, entry); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("rewrite of the header: %v", err)
+	}
+	if err := fs.WriteExt(in, ExtTable, len(desc)-1, entry); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("write past the descriptor: %v", err)
 	}
 	if err := fs.Close(); err != nil {
 		t.Fatal(err)
@@ -65,44 +105,32 @@ func TestTableLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fs.TierDevices(); len(got) != 2 || got[1].Path != "/ssd/b" {
-		t.Fatalf("registry after remount: %+v", got)
+	if got := fs.Registry(); !bytes.Equal(got, reg2) {
+		t.Fatalf("registry after remount: %x...", got[:4])
 	}
 	in, err = fs.Lookup(fs.Root(), "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2, ok := in.Table()
-	if !ok || h2 != hdr {
+	if h2, ok := in.Table(); !ok || h2 != hdr || len(fs.Tables()) != 1 {
 		t.Fatalf("table after remount: %+v %v", h2, ok)
 	}
-	got, err := fs.TableShards(in)
-	if err != nil {
-		t.Fatal(err)
+	got, err := fs.ExtDesc(in, ExtTable)
+	if err != nil || !bytes.Equal(got, desc) {
+		t.Fatalf("descriptor after remount differs: %v", err)
 	}
-	want := append([]format.ShardEntry(nil), shards...)
-	want[2] = moved
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("shard %d after remount: %+v, want %+v", i, got[i], want[i])
-		}
+	type freed struct {
+		kind ExtKind
+		desc []byte
 	}
-	var mu sync.Mutex
-	var freed []format.ShardEntry
-	done := make(chan struct{})
-	fs.SetTableFreed(func(in *Inode, h format.TableHeader, s []format.ShardEntry) {
-		mu.Lock()
-		freed = s
-		mu.Unlock()
-		close(done)
-	})
+	done := make(chan freed, 1)
+	fs.SetExtFreed(func(in *Inode, kind ExtKind, desc []byte) { done <- freed{kind, desc} })
 	free0 := fs.Statfs().Free
 	if err := fs.Unlink(fs.Root(), "t"); err != nil {
 		t.Fatal(err)
 	}
-	<-done
-	if len(freed) != 4 || freed[2] != moved {
-		t.Fatalf("freed shards %+v", freed)
+	if f := <-done; f.kind != ExtTable || !bytes.Equal(f.desc, desc) {
+		t.Fatalf("freed descriptor: kind %d, equal %v", f.kind, bytes.Equal(f.desc, desc))
 	}
 	if fs.Statfs().Free != free0+uint64(hdr.Blocks) {
 		t.Fatalf("descriptor blocks not freed: %d -> %d", free0, fs.Statfs().Free)
@@ -112,7 +140,7 @@ func TestTableLifecycle(t *testing.T) {
 	}
 }
 
-func TestCreateTableOnlyOnEmptyFiles(t *testing.T) {
+func TestCreateExtOnlyOnEmptyFiles(t *testing.T) {
 	m := pmem.NewMemory(16 << 20)
 	if err := Format(m, 0, 0); err != nil {
 		t.Fatal(err)
@@ -122,9 +150,6 @@ func TestCreateTableOnlyOnEmptyFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	if _, err := fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{9}}); err != nil {
-		t.Fatal(err)
-	}
 	in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
@@ -132,15 +157,22 @@ func TestCreateTableOnlyOnEmptyFiles(t *testing.T) {
 	if _, err := fs.Write(in, 0, []byte("data"), false); err != nil {
 		t.Fatal(err)
 	}
-	hdr, _ := format.NewTableHeader(10, 4, format.DtypeF16, 10)
-	if err := fs.CreateTable(in, hdr, []format.ShardEntry{{Dev: 1, Off: 4096}}); !errors.Is(err, ErrInvalid) {
+	_, desc := descriptor(t, 10, 10)
+	if err := fs.CreateExt(in, ExtTable, desc); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("table on a file with data: %v", err)
 	}
 	d, err := fs.Create(fs.Root(), "d", NewInode{Mode: format.ModeDir | 0o755})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fs.CreateTable(d, hdr, []format.ShardEntry{{Dev: 1, Off: 4096}}); !errors.Is(err, ErrInvalid) {
+	if err := fs.CreateExt(d, ExtTable, desc); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("table on a directory: %v", err)
+	}
+	e, err := fs.Create(fs.Root(), "e", NewInode{Mode: format.ModeReg | 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateExt(e, ExtKind(9), desc); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown kind: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/kv"
 	"github.com/dnnfs/dnnfs/internal/units"
 )
 
@@ -49,44 +49,40 @@ func ParseDeviceSpec(s string) (DeviceSpec, error) {
 	spec := DeviceSpec{Dir: s, Model: Model{Channels: DefaultChannels}}
 	if i := strings.LastIndex(s, ":"); i >= 0 && strings.Contains(s[i+1:], "=") {
 		spec.Dir = s[:i]
-		for _, kv := range strings.Split(s[i+1:], ",") {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok {
-				return spec, fmt.Errorf("--ssd %s: %q is not key=value", s, kv)
-			}
-			switch k {
+		items, err := kv.Parse(s[i+1:])
+		if err != nil {
+			return spec, fmt.Errorf("--ssd %s: %w", s, err)
+		}
+		for _, it := range items {
+			switch it.Key {
 			case "bw":
-				n, err := units.ParseSize(strings.TrimSuffix(v, "/s"))
-				if err != nil || n <= 0 {
-					return spec, fmt.Errorf("--ssd %s: bw=%q: want a rate like 800MiB/s", s, v)
+				var n int64
+				n, err = units.ParseSize(strings.TrimSuffix(it.Value, "/s"))
+				if err != nil {
+					err = it.Errorf("want a rate like 800MiB/s")
 				}
 				spec.Model.BW = float64(n)
 			case "lat":
-				d, err := time.ParseDuration(v)
-				if err != nil || d < 0 {
-					return spec, fmt.Errorf("--ssd %s: lat=%q: want a duration like 90us", s, v)
-				}
-				spec.Model.Lat = d
+				spec.Model.Lat, err = it.Duration()
 			case "channels":
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > 256 {
-					return spec, fmt.Errorf("--ssd %s: channels=%q: want 1 .. 256", s, v)
-				}
-				spec.Model.Channels = n
+				var n int64
+				n, err = it.Int(1, 256)
+				spec.Model.Channels = int(n)
 			case "sector":
-				n, err := units.ParseSize(v)
-				if err != nil || n < 512 || n > format.BlockSize || n&(n-1) != 0 {
-					return spec, fmt.Errorf("--ssd %s: sector=%q: want a power of two from 512 to 4096", s, v)
+				spec.Model.Sector, err = it.Size()
+				if n := spec.Model.Sector; err != nil || n < 512 || n > format.BlockSize || n&(n-1) != 0 {
+					err = it.Errorf("want a power of two from 512 to 4096")
 				}
-				spec.Model.Sector = n
 			case "cap":
-				n, err := units.ParseSize(v)
-				if err != nil || n < format.BlockSize {
-					return spec, fmt.Errorf("--ssd %s: cap=%q: want a size like 64GiB", s, v)
+				spec.Model.Cap, err = it.Size()
+				if err != nil || spec.Model.Cap < format.BlockSize {
+					err = it.Errorf("want a size like 64GiB")
 				}
-				spec.Model.Cap = n
 			default:
-				return spec, fmt.Errorf("--ssd %s: unknown key %q (want bw, lat, channels, cap, sector)", s, k)
+				err = it.Unknown("bw", "lat", "channels", "cap", "sector")
+			}
+			if err != nil {
+				return spec, fmt.Errorf("--ssd %s: %w", s, err)
 			}
 		}
 	}
@@ -279,6 +275,10 @@ func openDevice(spec DeviceSpec) (*Device, format.DevLabel, bool, error) {
 	d.space.shrink = func(size int64) error { return f.Truncate(size) }
 	buf := make([]byte, format.DevLabelSize)
 	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		d.close()
+		return nil, zero, false, fmt.Errorf("SSD backing file %s: reading its label: %w", path, err)
+	}
 	if n == 0 {
 		return d, zero, true, nil
 	}
@@ -361,8 +361,8 @@ func (d *Device) enqueue(class int, ps ...*piece) {
 
 // next takes the next piece: weighted round-robin over the non-empty
 // class queues — a class's turn is up to its weight of pieces, then the
-// next non-empty class's — FIFO within each (the manager's rule, SEEDS.md
-// §2; weights 1,1,1 are plain round-robin).
+// next non-empty class's — FIFO within each (the manager's rule,
+// DESIGN.md §Size-aware scheduler; weights 1,1,1 are plain round-robin).
 func (d *Device) next() *piece {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding/wire"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -145,12 +146,19 @@ func rowValue(data []byte, rb int, dtype uint8, r int64, i int) float32 {
 	row := data[int(r)*rb:]
 	switch dtype {
 	case format.DtypeF16:
-		return F16ToF32(binary.LittleEndian.Uint16(row[2*i:]))
+		return wire.F16ToFloat32(binary.LittleEndian.Uint16(row[2*i:]))
 	case format.DtypeBF16:
 		return math.Float32frombits(uint32(binary.LittleEndian.Uint16(row[2*i:])) << 16)
 	}
 	return math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:]))
 }
+
+// The lookup modes as encode takes them.
+const (
+	modeGather = uint8(wire.Gather)
+	modeSum    = uint8(wire.Sum)
+	modeMean   = uint8(wire.Mean)
+)
 
 // encode builds a request in the wire format (independently of the
 // decoder under test).
@@ -191,7 +199,7 @@ func encode(tag uint64, mode, dtype uint8, idx, offs []int64, w []float32) []byt
 // lookupSync runs one request and decodes the result.
 func lookupSync(t *testing.T, tb *Table, req []byte) (status uint32, count int, dtype uint8, payload []byte) {
 	t.Helper()
-	r, err := ParseLookup(req, tb.Header())
+	r, err := tb.ParseLookup(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,10 +207,10 @@ func lookupSync(t *testing.T, tb *Table, req []byte) (status uint32, count int, 
 	tb.Lookup(r, func(res []byte) { ch <- res })
 	res := <-ch
 	le := binary.LittleEndian
-	if le.Uint32(res) != ResMagic || le.Uint64(res[8:]) != r.Tag {
+	if le.Uint32(res) != wire.ResultMagic || le.Uint64(res[8:]) != r.Tag {
 		t.Fatalf("bad result header % x", res[:32])
 	}
-	return le.Uint32(res[4:]), int(le.Uint32(res[24:])), res[28], res[ResHeader:]
+	return le.Uint32(res[4:]), int(le.Uint32(res[24:])), res[28], res[wire.ResultHeaderSize:]
 }
 
 func TestLookupMatchesReference(t *testing.T) {
@@ -236,19 +244,19 @@ func TestLookupMatchesReference(t *testing.T) {
 				}
 				mode := uint8(rng.IntN(3))
 				var w []float32
-				if mode == ModeSum && rng.IntN(2) == 0 {
+				if mode == modeSum && rng.IntN(2) == 0 {
 					for range idx {
 						w = append(w, float32(rng.NormFloat64()))
 					}
 				}
-				if mode == ModeGather {
+				if mode == modeGather {
 					offs = nil
 				}
 				st, count, odt, payload := lookupSync(t, tb, encode(uint64(k), mode, dtype, idx, offs, w))
 				if st != 0 {
 					t.Fatalf("status %d", st)
 				}
-				if mode == ModeGather {
+				if mode == modeGather {
 					if count != len(idx) || odt != dtype || len(payload) != len(idx)*rb {
 						t.Fatalf("gather: count %d dtype %d payload %d", count, odt, len(payload))
 					}
@@ -276,7 +284,7 @@ func TestLookupMatchesReference(t *testing.T) {
 							}
 							want += v
 						}
-						if mode == ModeMean && end > int(offs[b]) {
+						if mode == modeMean && end > int(offs[b]) {
 							want /= float64(end - int(offs[b]))
 						}
 						got := float64(math.Float32frombits(binary.LittleEndian.Uint32(payload[(b*int(dim)+i)*4:])))
@@ -300,31 +308,31 @@ func TestBadRequests(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	tt := newTestTier(t, []Model{{}}, DefaultSched)
 	tb, _ := tt.table("t", 100, 8, format.DtypeF32, rng)
-	good := encode(1, ModeSum, format.DtypeF32, []int64{1, 2}, []int64{0}, nil)
-	if _, err := ParseLookup(good, tb.Header()); err != nil {
+	good := encode(1, modeSum, format.DtypeF32, []int64{1, 2}, []int64{0}, nil)
+	if _, err := tb.ParseLookup(good); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		field string
 		req   []byte
 	}{
-		{"indices", encode(1, ModeSum, format.DtypeF32, []int64{1, 100}, []int64{0}, nil)},
-		{"indices", encode(1, ModeSum, format.DtypeF32, []int64{-1}, []int64{0}, nil)},
-		{"dtype", encode(1, ModeSum, format.DtypeF16, []int64{1}, []int64{0}, nil)},
-		{"offsets", encode(1, ModeSum, format.DtypeF32, []int64{1, 2}, []int64{1}, nil)},
-		{"offsets", encode(1, ModeSum, format.DtypeF32, []int64{1, 2}, []int64{0, 2, 1}, nil)},
-		{"offsets", encode(1, ModeSum, format.DtypeF32, []int64{1, 2}, []int64{0, 3}, nil)},
-		{"flags", encode(1, ModeMean, format.DtypeF32, []int64{1}, []int64{0}, []float32{1})},
+		{"indices", encode(1, modeSum, format.DtypeF32, []int64{1, 100}, []int64{0}, nil)},
+		{"indices", encode(1, modeSum, format.DtypeF32, []int64{-1}, []int64{0}, nil)},
+		{"dtype", encode(1, modeSum, format.DtypeF16, []int64{1}, []int64{0}, nil)},
+		{"offsets", encode(1, modeSum, format.DtypeF32, []int64{1, 2}, []int64{1}, nil)},
+		{"offsets", encode(1, modeSum, format.DtypeF32, []int64{1, 2}, []int64{0, 2, 1}, nil)},
+		{"offsets", encode(1, modeSum, format.DtypeF32, []int64{1, 2}, []int64{0, 3}, nil)},
+		{"flags", encode(1, modeMean, format.DtypeF32, []int64{1}, []int64{0}, []float32{1})},
 		{"mode", encode(1, 7, format.DtypeF32, []int64{1}, []int64{0}, nil)},
 		{"length", good[:len(good)-8]},
 		{"length", good[:20]},
 		{"magic", append([]byte{0}, good[1:]...)},
-		{"b", encode(1, ModeGather, format.DtypeF32, []int64{1}, []int64{0}, nil)},
+		{"b", encode(1, modeGather, format.DtypeF32, []int64{1}, []int64{0}, nil)},
 	}
 	for i, c := range cases {
-		_, err := ParseLookup(c.req, tb.Header())
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, ErrInvalid) {
+		_, err := tb.ParseLookup(c.req)
+		var fe *wire.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("case %d: got %v, want a FieldError on %q", i, err, c.field)
 		}
 	}
@@ -495,7 +503,7 @@ func TestLoaderFaultsReachOnlyAffectedRequests(t *testing.T) {
 							touches = true
 						}
 					}
-					st, _, _, payload := lookupSync(t, tb, encode(uint64(k), ModeGather, format.DtypeF32, idx, nil, nil))
+					st, _, _, payload := lookupSync(t, tb, encode(uint64(k), modeGather, format.DtypeF32, idx, nil, nil))
 					if touches {
 						if st != uint32(syscall.EIO) {
 							t.Errorf("request %d touches the bad block but got status %d", k, st)
@@ -541,7 +549,7 @@ func TestMovesUnderConcurrentLookups(t *testing.T) {
 				default:
 				}
 				idx := []int64{int64(r.IntN(3000)), int64(r.IntN(3000)), int64(r.IntN(3000))}
-				st, _, _, payload := lookupSync(t, tb, encode(uint64(k), ModeGather, format.DtypeF32, idx, nil, nil))
+				st, _, _, payload := lookupSync(t, tb, encode(uint64(k), modeGather, format.DtypeF32, idx, nil, nil))
 				if st != 0 {
 					t.Errorf("lookup failed during moves: status %d", st)
 					return
@@ -647,20 +655,6 @@ func TestSpaceMapBestFitAndRelease(t *testing.T) {
 	}
 }
 
-func TestF16(t *testing.T) {
-	for _, c := range []struct {
-		h uint16
-		f float32
-	}{{0x3C00, 1}, {0xC000, -2}, {0x7BFF, 65504}, {0x0001, 5.960464477539063e-08}, {0x0400, 6.103515625e-05}, {0, 0}} {
-		if got := F16ToF32(c.h); got != c.f {
-			t.Errorf("F16ToF32(%#x) = %v, want %v", c.h, got, c.f)
-		}
-	}
-	if !math.IsInf(float64(F16ToF32(0x7C00)), 1) || !math.IsNaN(float64(F16ToF32(0x7E00))) {
-		t.Error("inf/nan")
-	}
-}
-
 // TestMigratorReplicatesHotShard: reads concentrated on one shard of a
 // device while the other device idles make the migrator replicate that
 // shard there; lookups stay correct and then use both copies.
@@ -725,7 +719,7 @@ func TestLargeNotStarvedBySmall(t *testing.T) {
 		for i := range idx {
 			idx[i] = int64(r.IntN(50000))
 		}
-		req, err := ParseLookup(encode(seed, ModeSum, format.DtypeF32, idx, []int64{0}, nil), tb.Header())
+		req, err := tb.ParseLookup(encode(seed, modeSum, format.DtypeF32, idx, []int64{0}, nil))
 		if err != nil {
 			t.Error(err)
 			return

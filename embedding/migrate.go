@@ -13,7 +13,7 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 )
 
-// migrator is the background balancer (SEEDS.md §2 migration module).
+// migrator is the background balancer (DESIGN.md §Migration).
 type migrator struct {
 	mu    sync.Mutex // one balance pass or manual move at a time
 	last  time.Time
@@ -142,7 +142,7 @@ func (t *Tier) MoveShard(tb *Table, i int, to format.DevID, replicate bool) erro
 	} else {
 		ne.Dev, ne.Off = dst.ID, uint64(off)
 	}
-	if err := t.p.SetShard(tb.in, i, ne); err != nil {
+	if err := t.meta.SetShard(tb.in, i, ne); err != nil {
 		dst.space.release(off, span)
 		return fmt.Errorf("recording the move of shard %d: %w", i, err)
 	}
@@ -176,7 +176,7 @@ func (t *Tier) DropReplica(tb *Table, i int) error {
 	ne := e
 	ne.Gen++
 	ne.RDev, ne.ROff = 0, 0
-	if err := t.p.SetShard(tb.in, i, ne); err != nil {
+	if err := t.meta.SetShard(tb.in, i, ne); err != nil {
 		return err
 	}
 	sh.cur.Store(&location{e: ne})

@@ -3,10 +3,11 @@ package embedding
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // maxClasses is the number of size classes (queues per device).
@@ -16,7 +17,7 @@ const maxClasses = 3
 type SchedMode int
 
 const (
-	// SizeAware: one queue per size class, round-robin (SEEDS.md §2).
+	// SizeAware: one queue per size class, round-robin (DESIGN.md §Size-aware scheduler).
 	SizeAware SchedMode = iota
 	// FIFO: one queue for everything, same loaders (the baseline).
 	FIFO
@@ -53,12 +54,12 @@ var DefaultSched = SchedConfig{Mode: SizeAware, Small: 128, Medium: 512, MaxPiec
 // ParseClassWeights reads the class weights "16,4,1".
 func ParseClassWeights(s string) ([maxClasses]int, error) {
 	var w [maxClasses]int
-	parts := strings.Split(s, ",")
-	if len(parts) != maxClasses {
+	parts, err := kv.List(s)
+	if err != nil || len(parts) != maxClasses {
 		return w, fmt.Errorf("--class-weights %q: want three weights SMALL,MEDIUM,LARGE, e.g. 16,4,1", s)
 	}
 	for i, p := range parts {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
+		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 1000 {
 			return w, fmt.Errorf("--class-weights %q: weight %q: want 1 .. 1000", s, p)
 		}
@@ -80,14 +81,14 @@ func ParseSchedMode(s string) (SchedMode, error) {
 
 // ParseClasses reads the class thresholds "128,512".
 func ParseClasses(s string) (small, medium int, err error) {
-	a, b, ok := strings.Cut(s, ",")
-	if ok {
-		small, err = strconv.Atoi(strings.TrimSpace(a))
+	parts, err := kv.List(s)
+	if err == nil && len(parts) == 2 {
+		small, err = strconv.Atoi(parts[0])
 		if err == nil {
-			medium, err = strconv.Atoi(strings.TrimSpace(b))
+			medium, err = strconv.Atoi(parts[1])
 		}
 	}
-	if !ok || err != nil || small < 1 || medium <= small {
+	if err != nil || len(parts) != 2 || small < 1 || medium <= small {
 		return 0, 0, fmt.Errorf("--classes %q: want two row thresholds SMALL,MEDIUM with 1 <= SMALL < MEDIUM, e.g. 128,512", s)
 	}
 	return small, medium, nil

@@ -16,7 +16,7 @@ type extent struct {
 
 func (e extent) end() int64 { return e.off + e.n }
 
-// spaceMap is a device's shard space (SEEDS.md §3): used ranges are what
+// spaceMap is a device's shard space (DESIGN.md §Placement): used ranges are what
 // the translation tables name; free ranges below the high-water mark are
 // "logically released" (kept allocated in the file for fast reuse) until
 // more than retain bytes of them pile up, then the largest are punched

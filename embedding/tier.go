@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // ErrNoTier: the mount has no SSD-tier device (mount with --ssd DIR).
@@ -26,7 +26,7 @@ var ErrNoTier = errors.New("no SSD-tier device: mount with --ssd DIR to use embe
 // ErrNoSpace: no device has room for a shard.
 var ErrNoSpace = errors.New("no SSD-tier device has room")
 
-// Weights are the placement weights (SEEDS.md §3): free space, bandwidth,
+// Weights are the placement weights (DESIGN.md §Placement): free space, bandwidth,
 // and spread (negative weight on devices already holding shards of the
 // same table).
 type Weights struct{ Free, BW, Spread float64 }
@@ -37,21 +37,24 @@ var DefaultWeights = Weights{Free: 1, BW: 1, Spread: 1}
 // ParseWeights reads "free=1,bw=1,spread=1" (keys may be omitted).
 func ParseWeights(s string) (Weights, error) {
 	w := DefaultWeights
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil || f < 0 {
-			return w, fmt.Errorf("--placement %q: want free=W,bw=W,spread=W with W >= 0", s)
-		}
-		switch k {
+	items, err := kv.Parse(s)
+	if err != nil {
+		return w, fmt.Errorf("--placement %q: %w (want free=W,bw=W,spread=W with W >= 0)", s, err)
+	}
+	for _, it := range items {
+		var f *float64
+		switch it.Key {
 		case "free":
-			w.Free = f
+			f = &w.Free
 		case "bw":
-			w.BW = f
+			f = &w.BW
 		case "spread":
-			w.Spread = f
+			f = &w.Spread
 		default:
-			return w, fmt.Errorf("--placement %q: unknown key %q", s, k)
+			return w, fmt.Errorf("--placement %q: %w", s, it.Unknown("free", "bw", "spread"))
+		}
+		if *f, err = it.Float(0); err != nil {
+			return w, fmt.Errorf("--placement %q: %w", s, err)
 		}
 	}
 	return w, nil
@@ -75,6 +78,7 @@ const DefaultShardBytes = 4 << 20
 // Tier is the mounted SSD tier.
 type Tier struct {
 	p      *core.FS
+	meta   Meta // the registry and the tables' descriptors, in p
 	log    *zap.Logger
 	sched  scheduler
 	weight Weights
@@ -130,7 +134,7 @@ func Prepare(p *core.FS, opts Options) (*Tier, error) {
 	if opts.Placement == (Weights{}) {
 		opts.Placement = DefaultWeights
 	}
-	t := &Tier{p: p, log: log, sched: scheduler{cfg: opts.Sched}, weight: opts.Placement,
+	t := &Tier{p: p, meta: Meta{S: p}, log: log, sched: scheduler{cfg: opts.Sched}, weight: opts.Placement,
 		shardB: opts.ShardBytes, tables: map[core.Ino]*Table{}, migEvery: opts.Migrate}
 	if t.shardB == 0 {
 		t.shardB = DefaultShardBytes
@@ -146,7 +150,10 @@ func Prepare(p *core.FS, opts Options) (*Tier, error) {
 		}
 		return nil, err
 	}
-	reg := p.TierDevices()
+	reg, err := t.meta.TierDevices()
+	if err != nil {
+		return nil, fmt.Errorf("SSD-tier registry: %w; run `dnnfs fsck --pool PATH`", err)
+	}
 	next := len(reg) + 1 // the id the next new device gets
 	for _, spec := range opts.Devices {
 		d, label, fresh, err := openDevice(spec)
@@ -231,7 +238,7 @@ func (t *Tier) Start() error {
 	for _, d := range t.att {
 		d.start()
 	}
-	t.p.SetTableFreed(t.tableFreed)
+	t.p.SetExtFreed(t.extFreed)
 	t.mig.start(t, t.migEvery)
 	for _, d := range t.att {
 		st := d.space.stats()
@@ -254,7 +261,7 @@ func (t *Tier) register(d *Device, id int) error {
 	if err := d.writeLabel(format.DevLabel{Dev: d.ID, Pool: t.p.UUID(), UUID: d.UUID}); err != nil {
 		return fmt.Errorf("SSD directory %s: writing the device label: %w", d.Dir, err)
 	}
-	got, err := t.p.RegisterTierDevice(format.TierDevice{UUID: d.UUID, Path: d.Dir})
+	got, err := t.meta.RegisterTierDevice(format.TierDevice{UUID: d.UUID, Path: d.Dir})
 	if err != nil {
 		return fmt.Errorf("registering SSD directory %s: %w", d.Dir, err)
 	}
@@ -271,7 +278,7 @@ func (t *Tier) loadTables(reg []format.TierDevice) error {
 	missing := map[format.DevID]int{}
 	for _, in := range t.p.Tables() {
 		hdr, _ := in.Table()
-		es, err := t.p.TableShards(in)
+		es, err := t.meta.TableShards(in)
 		if err != nil {
 			return fmt.Errorf("table inode %d: %w", in.Ino, err)
 		}
@@ -337,7 +344,7 @@ func (t *Tier) Table(in *core.Inode) (*Table, bool) {
 }
 
 // CreateTable makes the empty regular file in a table of rows x dim of
-// dtype: shards are placed (SEEDS.md §3) and reserved, then the pool
+// dtype: shards are placed (DESIGN.md §Placement) and reserved, then the pool
 // records the translation table.
 func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8, shardBytes int64) error {
 	if shardBytes <= 0 {
@@ -373,7 +380,7 @@ func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8,
 		counts[d.ID]++
 		es[i] = format.ShardEntry{Dev: d.ID, Off: uint64(off)}
 	}
-	if err := t.p.CreateTable(in, hdr, es); err != nil {
+	if err := t.meta.CreateTable(in, hdr, es); err != nil {
 		undo(len(es))
 		return err
 	}
@@ -383,8 +390,8 @@ func (t *Tier) CreateTable(in *core.Inode, rows uint64, dim uint32, dtype uint8,
 	return nil
 }
 
-// place picks a device for span bytes by the weighted score of SEEDS.md
-// §3 and reserves the space there (best fit). counts are the table's
+// place picks a device for span bytes by the weighted score of DESIGN.md
+// §Placement and reserves the space there (best fit). counts are the table's
 // shards per device so far (placed of them); devices in exclude are
 // skipped.
 func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclude ...format.DevID) (*Device, int64, bool) {
@@ -423,8 +430,17 @@ func (t *Tier) place(span int64, counts map[format.DevID]int, placed int, exclud
 	return nil, 0, false
 }
 
-// tableFreed returns a deleted table's shard space (pool hook).
-func (t *Tier) tableFreed(in *core.Inode, hdr format.TableHeader, es []format.ShardEntry) {
+// extFreed returns a deleted table's shard space (core hook).
+func (t *Tier) extFreed(in *core.Inode, kind core.ExtKind, desc []byte) {
+	if kind != core.ExtTable {
+		return
+	}
+	hdr, es, err := DecodeTable(desc, len(t.devs))
+	if err != nil {
+		t.log.Error("freeing a table whose descriptor no longer decodes; its SSD space is reclaimed at the next mount",
+			zap.Uint64("ino", uint64(in.Ino)), zap.Error(err))
+		es = nil
+	}
 	t.mu.Lock()
 	tb := t.tables[in.Ino]
 	if tb != nil && tb.in == in {

@@ -1,24 +1,3 @@
-// Package format defines the on-media layout of a dnnfs pool: every
-// constant, offset and codec lives here, and FORMAT.md documents the same
-// numbers (format_test.go checks that the two agree).
-//
-// All fields are little-endian at fixed offsets. Structures refer to each
-// other by block number (Blk) or inode number (Ino), never by pointer.
-// Every metadata structure carries a CRC-32C (Castagnoli) of its bytes; a
-// structure whose bytes are all zero is "free" and has no checksum.
-//
-// Region map (block = 4096 bytes):
-//
-//	block            contents
-//	0                superblock (primary)
-//	1                superblock (replica)
-//	2 .. 2+J-1       metadata journal (J blocks)
-//	I .. I+T-1       inode table (T blocks, 16 inodes of 256 bytes each)
-//	D .. N-1         data blocks: file data, directory blocks, extent
-//	                 overflow blocks, xattr regions
-//
-// Free space is not stored: it is rebuilt at every mount from the extents
-// and block pointers of live inodes, so it can never disagree with them.
 package format
 
 import (
@@ -761,7 +740,7 @@ func DecodeXattrs(b []byte) ([]Xattr, error) {
 }
 
 // ---------------------------------------------------------------------
-// Segmented-I/O session (two-layer log, SEEDS.md §1b)
+// Segmented-I/O session (DESIGN.md §Two-layer log)
 
 // Session fields in the inode's reserved area (FORMAT.md "Inode").
 const (
@@ -909,7 +888,7 @@ func (in *Inode) SetSessionFields(processNum, fFlag uint32, fLog Blk, size uint6
 
 // ---------------------------------------------------------------------
 // SSD tier: device registry, device label, embedding-table descriptor
-// (SEEDS.md §2, §3; FORMAT.md "SSD tier").
+// (DESIGN.md §Embedding tier; FORMAT.md "SSD tier").
 
 // INTable is the inode field naming an embedding table's descriptor.
 const INTable = 248 // u64 Blk of the table descriptor (InodeTable set), else 0

@@ -21,14 +21,14 @@ import (
 // a new file has a new generation, so the old handle gets ESTALE.
 
 var (
-	_ = (gofs.NodeLookupNoder)((*node)(nil))
-	_ = (gofs.NodeLookupParenter)((*node)(nil))
+	_ = (gofs.NodeLookupNoder)((*dirNode)(nil))
+	_ = (gofs.NodeLookupParenter)((*dirNode)(nil))
 )
 
 // LookupNode resolves a node ID the kernel no longer holds. An unlinked
 // inode is gone as far as handles go (the kernel would have it cached if
 // anything still used it), and request files are found by name only.
-func (n *node) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *dirNode) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if id&lookupInoBit != 0 {
 		return nil, syscall.ESTALE
 	}
@@ -40,8 +40,8 @@ func (n *node) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*
 }
 
 // LookupParent finds a directory's parent and the directory's name in it.
-func (n *node) LookupParent(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, string, syscall.Errno) {
-	if !n.in.IsDir() || n.in.Ino == format.RootIno {
+func (n *dirNode) LookupParent(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, string, syscall.Errno) {
+	if n.in.Ino == format.RootIno {
 		return nil, "", syscall.ESTALE
 	}
 	p := n.p.Parent(n.in)

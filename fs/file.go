@@ -30,10 +30,7 @@ func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	return h, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
 }
 
-func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if n.in.IsDir() {
-		return nil, 0, syscall.EISDIR
-	}
+func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := n.p.Truncate(n.in, 0); err != nil {
 			return nil, 0, n.fail("open(O_TRUNC)", err)
@@ -62,7 +59,7 @@ func (s sliceResult) Size() int                       { return s.r.Size }
 func (s sliceResult) Done()                           { s.r.Done() }
 func (s sliceResult) Slices() ([][]byte, fuse.Status) { return s.r.Slices, fuse.OK }
 
-func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if n.in.IsTable() {
 		return n.tableRead(dest, off)
 	}
@@ -77,7 +74,7 @@ func (n *node) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off in
 	return sliceResult{r}, 0
 }
 
-func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+func (n *fileNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	if n.in.IsTable() {
 		return n.tableWrite(data, off)
 	}
@@ -109,7 +106,7 @@ func (n *node) Write(ctx context.Context, fh gofs.FileHandle, data []byte, off i
 	return uint32(k), 0
 }
 
-func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+func (n *fileNode) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	privs := n.in.Mode() & 0o6000
 	if err := n.p.RetryNoSpace(func() error { return n.p.FallocateAs(callerOf(ctx), n.in, off, size, mode) }); err != nil {
 		return n.fail("fallocate", err)
@@ -122,7 +119,7 @@ func (n *node) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64, siz
 
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
 // whences itself) from the extent map.
-func (n *node) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+func (n *fileNode) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
 	switch whence {
 	case unix.SEEK_DATA, unix.SEEK_HOLE:
 	default:
@@ -135,16 +132,16 @@ func (n *node) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, whence
 	return o, 0
 }
 
-func (n *node) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
+func (n *fileNode) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
 
-func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+func (n *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
 	if n.in.IsTable() {
 		return n.tableFsync()
 	}
 	return n.fail("fsync", n.p.Fsync(n.in))
 }
 
-func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+func (n *fileNode) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 	if err := n.p.Released(n.in); err != nil {
 		n.opts.Log.Error("release failed; the inode stays an orphan until the next mount frees it",
 			zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
@@ -159,7 +156,7 @@ func (n *node) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 // slot s at offset s+3. Slots never move, so a concurrent create, unlink
 // or rename never makes an untouched entry vanish or repeat.
 type dirHandle struct {
-	n   *node
+	n   *dirNode
 	pos uint64 // next offset to return
 }
 
@@ -170,10 +167,7 @@ var (
 	_ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 )
 
-func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if !n.in.IsDir() {
-		return nil, 0, syscall.ENOTDIR
-	}
+func (n *dirNode) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	return &dirHandle{n: n}, 0, 0
 }
 

@@ -1,6 +1,3 @@
-// Package fs is the FUSE face of a dnnfs pool: go-fuse node operations
-// translating POSIX requests into core.FS calls. syscall.Errno appears
-// only here, at the boundary (errno.go maps pool errors).
 package fs
 
 import (
@@ -32,7 +29,20 @@ type Options struct {
 // maxWrite is the largest FUSE write (and read) request.
 const maxWrite = 1 << 20
 
-// node is one inode as go-fuse sees it.
+// node is what the go-fuse node of every pool inode has, whatever its
+// kind: attributes (Getattr, Statx, Setattr), extended attributes (real
+// and virtual, status.go) and statfs, which the kernel sends for any
+// inode. Each kind's node embeds it and adds only the operations the
+// kernel sends to that kind: a directory has no Open, Read or Write, a
+// symlink only Readlink, a FIFO, socket or device node nothing more (the
+// kernel serves their opens itself). A request a node has no method for
+// would get go-fuse's default answer (mostly ENOTSUP); the VFS refuses
+// such requests for the wrong kind before they reach FUSE.
+//
+// A node's kind is its inode's and never changes: newNode picks the type
+// from the mode type, which is part of the node's StableAttr, so go-fuse's
+// reuse of a known node for the same (ino, gen, type) always returns one
+// of the right type (an inode number reused later has a new generation).
 type node struct {
 	gofs.Inode
 	p    *core.FS
@@ -40,43 +50,87 @@ type node struct {
 	opts *Options
 }
 
+// dirNode is a directory: names (lookup, create, link, unlink, rename)
+// and listings (OpendirHandle); the root is one, so it also resolves file
+// handles (export.go).
+type dirNode struct{ node }
+
+// fileNode is a regular file: open, data and its handles. An embedding
+// table is a regular file too (it becomes one by setxattr on the file,
+// maybe while open, and go-fuse keeps a node's operations for its life),
+// so its data operations branch to table.go.
+type fileNode struct{ node }
+
+// symlinkNode is a symbolic link.
+type symlinkNode struct{ node }
+
+// specialNode is a FIFO, socket or character or block device: the pool
+// keeps only its attributes, type and rdev.
+type specialNode struct{ node }
+
+// What every kind answers (node's methods).
 var (
-	_ = (gofs.NodeLookuper)((*node)(nil))
 	_ = (gofs.NodeGetattrer)((*node)(nil))
 	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
-	_ = (gofs.NodeCreater)((*node)(nil))
-	_ = (gofs.NodeTmpfiler)((*node)(nil))
-	_ = (gofs.NodeMknoder)((*node)(nil))
-	_ = (gofs.NodeMkdirer)((*node)(nil))
-	_ = (gofs.NodeSymlinker)((*node)(nil))
-	_ = (gofs.NodeLinker)((*node)(nil))
-	_ = (gofs.NodeReadlinker)((*node)(nil))
-	_ = (gofs.NodeUnlinker)((*node)(nil))
-	_ = (gofs.NodeRmdirer)((*node)(nil))
-	_ = (gofs.NodeRenamer)((*node)(nil))
-	_ = (gofs.NodeOpener)((*node)(nil))
-	_ = (gofs.NodeReader)((*node)(nil))
-	_ = (gofs.NodeWriter)((*node)(nil))
-	_ = (gofs.NodeFsyncer)((*node)(nil))
-	_ = (gofs.NodeFlusher)((*node)(nil))
-	_ = (gofs.NodeReleaser)((*node)(nil))
-	_ = (gofs.NodeAllocater)((*node)(nil))
-	_ = (gofs.NodeLseeker)((*node)(nil))
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
 	_ = (gofs.NodeListxattrer)((*node)(nil))
 	_ = (gofs.NodeRemovexattrer)((*node)(nil))
-	_ = (gofs.NodeOpendirHandler)((*node)(nil))
 )
+
+// What each kind adds (nodes_test.go checks that it is nothing else).
+var (
+	_ = (gofs.NodeLookuper)((*dirNode)(nil))
+	_ = (gofs.NodeCreater)((*dirNode)(nil))
+	_ = (gofs.NodeTmpfiler)((*dirNode)(nil))
+	_ = (gofs.NodeMknoder)((*dirNode)(nil))
+	_ = (gofs.NodeMkdirer)((*dirNode)(nil))
+	_ = (gofs.NodeSymlinker)((*dirNode)(nil))
+	_ = (gofs.NodeLinker)((*dirNode)(nil))
+	_ = (gofs.NodeUnlinker)((*dirNode)(nil))
+	_ = (gofs.NodeRmdirer)((*dirNode)(nil))
+	_ = (gofs.NodeRenamer)((*dirNode)(nil))
+	_ = (gofs.NodeOpendirHandler)((*dirNode)(nil))
+
+	_ = (gofs.NodeOpener)((*fileNode)(nil))
+	_ = (gofs.NodeReader)((*fileNode)(nil))
+	_ = (gofs.NodeWriter)((*fileNode)(nil))
+	_ = (gofs.NodeFsyncer)((*fileNode)(nil))
+	_ = (gofs.NodeFlusher)((*fileNode)(nil))
+	_ = (gofs.NodeReleaser)((*fileNode)(nil))
+	_ = (gofs.NodeAllocater)((*fileNode)(nil))
+	_ = (gofs.NodeLseeker)((*fileNode)(nil))
+
+	_ = (gofs.NodeReadlinker)((*symlinkNode)(nil))
+
+	_ = (gofs.InodeEmbedder)((*specialNode)(nil))
+)
+
+// newNode returns the node for in, of the type its kind (mode type) asks.
+func newNode(p *core.FS, in *core.Inode, kind uint32, opts *Options) gofs.InodeEmbedder {
+	switch kind {
+	case format.ModeDir:
+		return &dirNode{node{p: p, in: in, opts: opts}}
+	case format.ModeReg:
+		return &fileNode{node{p: p, in: in, opts: opts}}
+	case format.ModeLnk:
+		return &symlinkNode{node{p: p, in: in, opts: opts}}
+	}
+	return &specialNode{node{p: p, in: in, opts: opts}}
+}
+
+// poolInode is the pool inode behind a node of any kind; request files
+// (table.go) are not pool inodes and do not have it.
+func (n *node) poolInode() *core.Inode { return n.in }
 
 // Root returns the root node for Mount.
 func Root(p *core.FS, opts Options) gofs.InodeEmbedder {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	return &node{p: p, in: p.Root(), opts: &opts}
+	return &dirNode{node{p: p, in: p.Root(), opts: &opts}}
 }
 
 // MountOptions returns the go-fuse options dnnfs mounts with.
@@ -114,11 +168,13 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 	}
 }
 
-func (n *node) child(ctx context.Context, in *core.Inode, out *fuse.EntryOut) *gofs.Inode {
+// child returns the node for in, an inode this directory's operation
+// hands the kernel, with its attributes in out.
+func (n *dirNode) child(ctx context.Context, in *core.Inode, out *fuse.EntryOut) *gofs.Inode {
 	a := in.Attr()
 	fillAttr(&a, &out.Attr)
-	nn := &node{p: n.p, in: in, opts: n.opts}
-	return n.NewInode(ctx, nn, gofs.StableAttr{Mode: a.Mode & format.ModeType, Ino: uint64(a.Ino), Gen: a.Gen})
+	kind := a.Mode & format.ModeType
+	return n.NewInode(ctx, newNode(n.p, in, kind, n.opts), gofs.StableAttr{Mode: kind, Ino: uint64(a.Ino), Gen: a.Gen})
 }
 
 func fillAttr(a *core.Attr, out *fuse.Attr) {
@@ -151,7 +207,7 @@ func callerOf(ctx context.Context) core.Caller {
 	return c
 }
 
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	in, err := n.p.Lookup(n.in, name)
 	if errors.Is(err, core.ErrNotFound) {
 		if ch, ok := n.lookupChild(ctx, name, out); ok {
@@ -240,7 +296,7 @@ func (n *node) fail(op string, err error) syscall.Errno {
 	return e
 }
 
-func (n *node) create(ctx context.Context, name string, mode uint32, target string, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, *core.Inode, syscall.Errno) {
+func (n *dirNode) create(ctx context.Context, name string, mode uint32, target string, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, *core.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
 	var in *core.Inode
 	err := n.p.RetryNoSpace(func() (err error) {
@@ -253,7 +309,7 @@ func (n *node) create(ctx context.Context, name string, mode uint32, target stri
 	return n.child(ctx, in, out), in, 0
 }
 
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	ch, in, e := n.create(ctx, name, format.ModeReg|mode&format.ModePerm, "", 0, out)
 	if e != 0 {
 		return nil, nil, 0, e
@@ -264,7 +320,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Tmpfile answers open(2) with O_TMPFILE: an open file with no name, which
 // linkat(2) through /proc/self/fd can name later.
-func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	uid, gid := caller(ctx)
 	in, err := n.p.CreateTmpfile(n.in, core.NewInode{Mode: format.ModeReg | mode&format.ModePerm, UID: uid, GID: gid})
 	if err != nil {
@@ -277,7 +333,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 // Mknod makes regular files, FIFOs, sockets and device nodes. The kernel
 // serves the special ones itself (pipes, bound sockets, and devices, which
 // a nodev mount refuses to open): dnnfs only stores their type and rdev.
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	switch mode & format.ModeType {
 	case format.ModeReg, format.ModeFifo, format.ModeSock:
 		dev = 0
@@ -289,28 +345,29 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	return ch, e
 }
 
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ch, _, e := n.create(ctx, name, format.ModeDir|mode&format.ModePerm, "", 0, out)
 	return ch, e
 }
 
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ch, _, e := n.create(ctx, name, format.ModeLnk|0o777, target, 0, out)
 	return ch, e
 }
 
-func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	t, ok := target.(*node)
+func (n *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	t, ok := target.(interface{ poolInode() *core.Inode })
 	if !ok {
-		return nil, syscall.EXDEV
+		return nil, syscall.EXDEV // a request file
 	}
-	if err := n.p.RetryNoSpace(func() error { return n.p.Link(t.in, n.in, name) }); err != nil {
+	in := t.poolInode()
+	if err := n.p.RetryNoSpace(func() error { return n.p.Link(in, n.in, name) }); err != nil {
 		return nil, n.fail("link", err)
 	}
-	return n.child(ctx, t.in, out), 0
+	return n.child(ctx, in, out), 0
 }
 
-func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	s, err := n.p.Readlink(n.in)
 	if err != nil {
 		return nil, n.fail("readlink", err)
@@ -319,16 +376,16 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(s), 0
 }
 
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return n.fail("unlink", n.p.Unlink(n.in, name))
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return n.fail("rmdir", n.p.Rmdir(n.in, name))
 }
 
-func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	np, ok := newParent.(*node)
+func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*dirNode)
 	if !ok {
 		return syscall.EXDEV
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/recovery"
 )
@@ -25,6 +26,14 @@ const testPoolSize = 512 << 20
 // conformance runs use). Cleanup unmounts, closes the pool and requires
 // fsck to find it clean.
 func mountPool(t *testing.T) string {
+	t.Helper()
+	mnt, _ := mountPoolFS(t, false)
+	return mnt
+}
+
+// mountPoolFS is mountPool, also returning the mounted pool; with ssd, the
+// mount has an SSD tier (one directory) for embedding tables.
+func mountPoolFS(t *testing.T, ssd bool) (string, *core.FS) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root (DirectMount, allow_other)")
@@ -55,16 +64,38 @@ func mountPool(t *testing.T) string {
 		m.Close()
 		t.Fatal(err)
 	}
+	var tier *embedding.Tier
+	closeTier := func() {
+		if tier != nil {
+			if err := tier.Close(); err != nil {
+				t.Errorf("closing the SSD tier: %v", err)
+			}
+		}
+	}
+	if ssd {
+		ssdDir := filepath.Join(dir, "ssd")
+		if err := os.Mkdir(ssdDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if tier, err = embedding.Open(p, embedding.Options{Devices: []embedding.DeviceSpec{{Dir: ssdDir,
+			Model: embedding.Model{Channels: embedding.DefaultChannels}}}, Log: log}); err != nil {
+			p.Close()
+			m.Close()
+			t.Fatal(err)
+		}
+	}
 	mo := MountOptions(poolPath, true, log)
 	mo.Debug = os.Getenv("DNNFS_FUSE_DEBUG") != ""
-	server, err := Mount(mnt, Root(p, Options{Log: log}), p, mo, log)
+	server, err := Mount(mnt, Root(p, Options{Log: log, Tier: tier}), p, mo, log)
 	if err != nil {
+		closeTier()
 		p.Close()
 		m.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		unmount(t, server, mnt)
+		closeTier()
 		if err := p.Close(); err != nil {
 			t.Errorf("closing the pool: %v", err)
 		}
@@ -80,7 +111,7 @@ func mountPool(t *testing.T) string {
 			t.Errorf("closing the medium: %v", err)
 		}
 	})
-	return mnt
+	return mnt, p
 }
 
 // unmount retries while the mount is busy (a failed test may still hold a

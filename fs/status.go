@@ -3,13 +3,12 @@ package fs
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
+	"math"
 	"time"
 
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/internal/units"
+	"github.com/dnnfs/dnnfs/internal/kv"
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/lock"
@@ -31,35 +30,34 @@ const (
 // parseSession reads 'threads=N,size=BYTES[,mode=write|read]'.
 func parseSession(v string) (threads int, size uint64, mode uint32, err error) {
 	mode = format.SessionWrite
-	for _, kv := range strings.Split(strings.TrimSpace(v), ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return 0, 0, 0, fmt.Errorf("%q is not key=value", kv)
-		}
-		switch k {
+	items, err := kv.Parse(v)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, it := range items {
+		switch it.Key {
 		case "threads":
-			n, err := strconv.Atoi(val)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("threads=%q: not a number", val)
-			}
-			threads = n
+			var n int64
+			n, err = it.Int(1, math.MaxInt32)
+			threads = int(n)
 		case "size":
-			n, err := units.ParseSize(val)
-			if err != nil {
-				return 0, 0, 0, err
-			}
+			var n int64
+			n, err = it.Size()
 			size = uint64(n)
 		case "mode":
-			switch val {
+			switch it.Value {
 			case "write":
 				mode = format.SessionWrite
 			case "read":
 				mode = format.SessionRead
 			default:
-				return 0, 0, 0, fmt.Errorf("mode=%q: want write or read", val)
+				err = it.Errorf("want write or read")
 			}
 		default:
-			return 0, 0, 0, fmt.Errorf("unknown key %q (want threads, size, mode)", k)
+			err = it.Unknown("threads", "size", "mode")
+		}
+		if err != nil {
+			return 0, 0, 0, err
 		}
 	}
 	if threads == 0 || size == 0 {
@@ -67,8 +65,6 @@ func parseSession(v string) (threads int, size uint64, mode uint32, err error) {
 	}
 	return threads, size, mode, nil
 }
-
-func isVirtual(name string) bool { return strings.HasPrefix(name, "user.dnnfs.") }
 
 // LockJSON is one lock in a queue.
 type LockJSON struct {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"math"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,8 +16,9 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
+	"github.com/dnnfs/dnnfs/embedding/wire"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/internal/units"
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // Embedding tables through the mount: a table file's reads and writes go
@@ -54,30 +55,33 @@ type TableSpec struct {
 // ParseTableSpec reads 'rows=R,dim=D,dtype=f32|f16|bf16[,shard=SIZE]'.
 func ParseTableSpec(v string) (TableSpec, error) {
 	var s TableSpec
-	for _, kv := range strings.Split(strings.TrimSpace(v), ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return s, fmt.Errorf("%q is not key=value", kv)
-		}
-		var err error
-		switch k {
+	items, err := kv.Parse(v)
+	if err != nil {
+		return s, err
+	}
+	for _, it := range items {
+		switch it.Key {
 		case "rows":
-			s.Rows, err = strconv.ParseUint(val, 10, 64)
+			s.Rows, err = it.Uint(1, math.MaxUint64)
 		case "dim":
 			var d uint64
-			d, err = strconv.ParseUint(val, 10, 32)
+			d, err = it.Uint(1, math.MaxUint32)
 			s.Dim = uint32(d)
 		case "dtype":
-			s.Dtype, err = embedding.ParseDtype(val)
+			var d wire.Dtype
+			if d, err = wire.ParseDtype(it.Value); err != nil {
+				err = it.Errorf("want f32, f16 or bf16")
+			}
+			s.Dtype = uint8(d)
 		case "shard":
-			s.ShardBytes, err = units.ParseSize(val)
+			s.ShardBytes, err = it.Size()
 		case "shard_rows", "shards", "row_bytes":
 			// Informational keys of the value read back; ignored.
 		default:
-			return s, fmt.Errorf("unknown key %q (want rows, dim, dtype, shard)", k)
+			err = it.Unknown("rows", "dim", "dtype", "shard")
 		}
 		if err != nil {
-			return s, fmt.Errorf("%s=%q: %v", k, val, err)
+			return s, err
 		}
 	}
 	if s.Rows == 0 || s.Dim == 0 || s.Dtype == 0 {
@@ -101,7 +105,7 @@ func (n *node) table() (*embedding.Table, syscall.Errno) {
 	return tb, 0
 }
 
-func (n *node) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (n *fileNode) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	tb, e := n.table()
 	if e != 0 {
 		return nil, e
@@ -115,7 +119,7 @@ func (n *node) tableRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
-func (n *node) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
+func (n *fileNode) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
 	tb, e := n.table()
 	if e != 0 {
 		return 0, e
@@ -132,7 +136,7 @@ func (n *node) tableWrite(data []byte, off int64) (uint32, syscall.Errno) {
 	return uint32(k), 0
 }
 
-func (n *node) tableFsync() syscall.Errno {
+func (n *fileNode) tableFsync() syscall.Errno {
 	if n.tier() == nil {
 		return syscall.EIO
 	}
@@ -183,7 +187,7 @@ func (n *node) tableXattr() ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=%s,shard_rows=%d,shards=%d,row_bytes=%d",
-		h.Rows, h.Dim, embedding.DtypeName(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
+		h.Rows, h.Dim, wire.Dtype(h.Dtype), h.ShardRows, h.Shards, h.RowBytes())), true
 }
 
 // migrate handles setxattr user.dnnfs.migrate.
@@ -195,35 +199,35 @@ func (n *node) migrate(value []byte) syscall.Errno {
 		}
 		return e
 	}
+	const want = "want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica"
 	shard, dev := -1, -1
 	var replicate, drop bool
-	for _, kv := range strings.Split(strings.TrimSpace(string(value)), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		var err error
-		switch k {
+	items, err := kv.Parse(string(value), "drop-replica")
+	for _, it := range items {
+		var v int64
+		switch it.Key {
 		case "shard":
-			shard, err = strconv.Atoi(v)
-		case "to":
-			dev, err = strconv.Atoi(v)
-		case "replicate":
-			dev, err = strconv.Atoi(v)
-			replicate = true
+			v, err = it.Int(0, math.MaxInt32)
+			shard = int(v)
+		case "to", "replicate":
+			v, err = it.Int(0, 0xffff)
+			dev, replicate = int(v), it.Key == "replicate"
 		case "drop-replica":
 			drop = true
 		default:
-			err = fmt.Errorf("unknown key %q", k)
+			err = it.Unknown("shard", "to", "replicate", "drop-replica")
 		}
-		if err != nil || (dev > 0xffff) {
-			n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica",
-				zap.String("value", string(value)), zap.Error(err))
-			return syscall.EINVAL
+		if err != nil {
+			break
 		}
 	}
-	if shard < 0 || (dev < 0) == !drop {
-		n.opts.Log.Warn("bad migrate request: want shard=I,to=DEV | shard=I,replicate=DEV | shard=I,drop-replica", zap.String("value", string(value)))
+	if err == nil && (shard < 0 || (dev < 0) == !drop) {
+		err = errors.New("shard and one of to, replicate and drop-replica are required")
+	}
+	if err != nil {
+		n.opts.Log.Warn("bad migrate request: "+want, zap.String("value", string(value)), zap.Error(err))
 		return syscall.EINVAL
 	}
-	var err error
 	if drop {
 		err = n.tier().DropReplica(tb, shard)
 	} else {
@@ -251,7 +255,7 @@ func (n *node) migrate(value []byte) syscall.Errno {
 // lookupNode is TABLE.lookup: not a pool inode, not listed by readdir.
 type lookupNode struct {
 	gofs.Inode
-	dir   *node
+	dir   *dirNode
 	table *core.Inode
 }
 
@@ -268,7 +272,7 @@ var (
 )
 
 // lookupChild resolves NAME.lookup next to a table NAME.
-func (n *node) lookupChild(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, bool) {
+func (n *dirNode) lookupChild(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, bool) {
 	base, ok := strings.CutSuffix(name, LookupSuffix)
 	if !ok || base == "" || n.tier() == nil {
 		return nil, false
@@ -372,7 +376,7 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 		h.log.Warn("bad embedding lookup request", zap.Uint64("table_ino", uint64(l.table.Ino)), zap.Error(err))
 		return 0, syscall.EINVAL
 	}
-	if off == 0 && h.asm == nil && embedding.RequestLength(data) == uint64(len(data)) {
+	if off == 0 && h.asm == nil && wire.RequestLength(data) == uint64(len(data)) {
 		// The common case: the whole request in one chunk. Parse it in
 		// place; only a request split over chunks is copied to reassemble.
 		return l.submit(h, data, bad)
@@ -387,19 +391,19 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 	case h.asm != nil && off == int64(len(h.asm)):
 		h.asm = append(h.asm, data...)
 	default:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
 	}
 	last := len(data) < maxWrite // a full chunk may be followed by more
-	total := embedding.RequestLength(h.asm)
+	total := wire.RequestLength(h.asm)
 	switch {
 	case total == 0 && last:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(h.asm), embedding.ReqHeader)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(h.asm), wire.RequestHeaderSize)})
 	case total == 0:
 		return uint32(len(data)), 0
 	case uint64(len(h.asm)) > total:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d", len(h.asm), total)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d", len(h.asm), total)})
 	case uint64(len(h.asm)) < total && last:
-		return bad(&embedding.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d (truncated buffer?)", len(h.asm), total)})
+		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("%d bytes written, header says %d (truncated buffer?)", len(h.asm), total)})
 	case uint64(len(h.asm)) < total:
 		return uint32(len(data)), 0
 	}
@@ -410,7 +414,7 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 
 // submit (h.mu held) parses a whole request and hands it to the scheduler.
 func (l *lookupNode) submit(h *lookupHandle, b []byte, bad func(error) (uint32, syscall.Errno)) (uint32, syscall.Errno) {
-	req, err := embedding.ParseLookup(b, h.tb.Header())
+	req, err := h.tb.ParseLookup(b)
 	if err != nil {
 		return bad(err)
 	}

@@ -74,7 +74,6 @@ type Journal struct {
 
 	mu        sync.Mutex // serialises transactions; see the lock order in pool
 	seq       uint64
-	buf       []byte
 	unsettled bool // a persist of the header failed; see the package comment
 
 	commits atomic.Uint64

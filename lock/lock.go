@@ -1,37 +1,3 @@
-// Package lock implements the per-thread byte-range locks of dnnfs
-// (SEEDS.md §1a): every open file has a run queue and a wait queue of
-// locks, each lock the tuple (thread id, start, end, next) plus a mode.
-//
-// Granting rule: a lock runs iff it conflicts with no lock in the run
-// queue and with no lock waiting ahead of it in the wait queue. Two locks
-// conflict when their ranges overlap and either is exclusive. From this
-// rule follow the paper's semantics:
-//
-//   - a whole-file lock (another application's request) runs only when the
-//     run queue and the wait queue hold nothing it conflicts with — for a
-//     writer, only when both are empty;
-//   - a range lock arriving while a conflicting whole-file lock runs or
-//     waits goes on the wait queue and blocks; when the whole-file lock is
-//     released, the waiting range locks move to the run queue and wake;
-//   - waiters are served in FIFO order among conflicting locks, so neither
-//     a stream of range locks starves a whole-file waiter nor the reverse;
-//   - locks on disjoint ranges never wait for each other.
-//
-// Deviation from the paper, on purpose: shared (read) locks never conflict
-// with each other, whole-file or not, so readers from other programs run
-// beside a job's readers.
-//
-// Lock order of dnnfs (outermost first):
-//
-//	core.FS.nsMu      namespace changes
-//	lock.File         a file's range locks (this package; held across the data copy)
-//	pool.Inode.mu     inode fields and indexes (never held while waiting for a range lock)
-//	core.FS.imu       inode table
-//	journal.Journal   one metadata transaction at a time
-//	pool allocator    free-block bitmap
-//
-// File.mu, this package's own mutex, is a leaf: nothing else is acquired
-// while holding it.
 package lock
 
 import (

@@ -832,7 +832,7 @@ func TestAcquireEndedContextFreeLock(t *testing.T) {
 	}
 	// nil context: allowed, never ends.
 	l := xl(2, 8*kib, 12*kib)
-	if err := h.f.Acquire(nil, l, nil); err != nil {
+	if err := h.f.Acquire(context.TODO(), l, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -446,7 +446,7 @@ def _split(size, threads):
 # has a request file T.lookup: one write() is one whole request, one
 # read() returns the next completed result whole, in completion order,
 # matched to its request by tag. The wire format is specified in the
-# "Request file wire format" section of the Go package embedding's doc.
+# package doc of the Go package embedding/wire (embedding/wire/doc.go).
 
 #: Set ``rows=R,dim=D,dtype=f32|f16|bf16`` on an empty file to make it a
 #: table; read it back for the shape (plus shard_rows, shards, ...).

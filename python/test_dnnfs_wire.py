@@ -24,7 +24,7 @@ except ImportError:
     np = None
 
 # tag 0x0102030405060708, sum, f16, indices [3 0 7], offsets [0 2],
-# weights [1 0.5 -2], written out from the spec (embedding/doc.go).
+# weights [1 0.5 -2], written out from the spec (embedding/wire/doc.go).
 GOLDEN_REQUEST = bytes.fromhex(
     "444e4c51" "0100" "01" "02"  # magic "DNLQ", version 1, mode sum, dtype f16
     "0807060504030201"  # tag

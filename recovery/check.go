@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -412,9 +413,11 @@ func (a *analysis) checkSessions() {
 	}
 }
 
+// checkSession returns what is wrong with in's session, or "". The rules
+// about the inode (which kinds may have a session, reserved bytes) are
+// here; the session fields and the log they name are seglog.Check's.
 func (a *analysis) checkSession(in *inode) string {
 	d := &in.d
-	procs, fflag, flog, size, mode := d.SessionFields()
 	rest := sessionArea(d)[format.INSessionMode+4-format.INSession:]
 	switch {
 	case isZero(sessionArea(d)):
@@ -423,69 +426,28 @@ func (a *analysis) checkSession(in *inode) string {
 		return "a " + in.kind() + " has segmented-I/O session fields"
 	case !isZero(rest):
 		return "reserved bytes after the session fields are not zero"
-	case fflag > 1:
-		return fmt.Sprintf("session F_flag %d", fflag)
-	case mode != format.SessionWrite && mode != format.SessionRead:
-		return fmt.Sprintf("session mode %d", mode)
-	case procs < 1 || procs > format.MaxThreads:
-		return fmt.Sprintf("session Process_num %d", procs)
 	}
-	if flog == 0 {
-		if fflag != 1 {
-			return "session has no F_log but is not finished (F_flag 0)"
-		}
+	st, err := seglog.Check(sessionSource{a}, seglog.FieldsOf(d))
+	if err != nil {
+		return "session " + err.Error()
+	}
+	if st == nil {
 		return "" // a finished session
 	}
-	if fflag != 0 {
-		return fmt.Sprintf("finished session (F_flag 1) still names an F_log at block %d", flog)
-	}
-	if !a.sb.ValidData(flog, 1) {
-		return fmt.Sprintf("session F_log at block %d lies outside the data region", flog)
-	}
-	hdr, err := format.DecodeFLogHeader(a.v.read(flog.Off(), format.FLHeader))
-	if err != nil {
-		return fmt.Sprintf("session F_log at block %d: %s", flog, errText(err, "F_log: "))
-	}
-	switch {
-	case hdr.Count != procs:
-		return fmt.Sprintf("session F_log at block %d has %d entries, Process_num says %d", flog, hdr.Count, procs)
-	case !a.sb.ValidData(flog, uint64(hdr.Blocks)):
-		return fmt.Sprintf("session F_log at block %d (%d blocks) runs past the data region", flog, hdr.Blocks)
-	case !a.sb.ValidData(hdr.PLog, uint64(hdr.PBlocks)):
-		return fmt.Sprintf("session P_log at block %d (%d blocks) lies outside the data region", hdr.PLog, hdr.PBlocks)
-	}
-	for i := 0; i < int(hdr.Count); i++ {
-		off := flog.Off() + format.FLHeader + format.Off(i*format.FLEntry)
-		e, err := format.DecodeFEntry(a.v.read(off, format.FLEntry))
-		if err != nil {
-			return fmt.Sprintf("session F_log entry %d: %s", i, errText(err, "F_log entry: "))
-		}
-		tailOff := hdr.PLog.Off() + format.Off(i*format.PLogLine)
-		var next format.Off
-		if i+1 < int(hdr.Count) {
-			next = off + format.FLEntry
-		}
-		start, end := e.PartHead, e.PartHead+e.PLength
-		tail := le.Uint64(a.v.read(tailOff, 8))
-		if e.PFlag == 1 {
-			tail = end
-		}
-		switch {
-		case e.Next != next:
-			return fmt.Sprintf("session F_log entry %d: Next is byte %d, want %d", i, e.Next, next)
-		case e.PFlag == 0 && e.PLogAddr != tailOff, e.PFlag == 1 && e.PLogAddr != 0:
-			return fmt.Sprintf("session F_log entry %d: P_log_addr is byte %d", i, e.PLogAddr)
-		case end < start || end > size:
-			return fmt.Sprintf("session F_log entry %d: segment [%d, %d) outside the session's %d bytes", i, start, end, size)
-		case tail < start || tail > end:
-			return fmt.Sprintf("session F_log entry %d: Tail_ptr %d outside its segment [%d, %d)", i, tail, start, end)
-		}
-	}
+	regions := st.Layout.Regions()
 	return a.tryClaim(in.ino, []claim{
-		{in.ino, flog, uint64(hdr.Blocks), "session F_log"},
-		{in.ino, hdr.PLog, uint64(hdr.PBlocks), "session P_log"},
+		{in.ino, regions[0].Phys, regions[0].Len, "session F_log"},
+		{in.ino, regions[1].Phys, regions[1].Len, "session P_log"},
 	})
 }
+
+// sessionSource shows the segment log reader the pool as replay would
+// leave it.
+type sessionSource struct{ a *analysis }
+
+func (s sessionSource) ValidData(b format.Blk, n uint64) bool { return s.a.sb.ValidData(b, n) }
+
+func (s sessionSource) Read(off format.Off, n int) []byte { return s.a.v.read(off, n) }
 
 // checkRoot: inode 1 must be a live directory (a damaged or non-directory
 // root is in a.bad).

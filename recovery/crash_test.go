@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -108,10 +109,10 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 	})
 	var tab *core.Inode
 	step("register SSD-tier device", func() {
-		mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
+		mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
 	})
 	step("register second device", func() {
-		mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
+		mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
 	})
 	step("create table", func() {
 		tab = makeTable(t, fs, "tab", 1000, 16, format.DtypeF32, 300,
@@ -119,7 +120,7 @@ func TestCrashImagesAreConsistent(t *testing.T) {
 		makeTable(t, fs, "tab2", 10, 4, format.DtypeBF16, 10, []format.ShardEntry{{Dev: 2, Off: 2 << 20}})
 	})
 	step("move shard", func() {
-		must(t, fs.SetShard(tab, 2, format.ShardEntry{Dev: 2, Off: 3 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
+		must(t, embedding.Meta{S: fs}.SetShard(tab, 2, format.ShardEntry{Dev: 2, Off: 3 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
 	})
 	step("unlink table", func() { must(t, fs.Unlink(root, "tab")) })
 	step("unmount", func() { must(t, fs.Close()) })

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -38,11 +39,11 @@ func getSeeds(t testing.TB) []*fuzzSeed {
 	seedOnce.Do(func() {
 		plain := newSeed(t, "pool", func(fs *core.FS) {})
 		tables := newSeed(t, "pool with tables", func(fs *core.FS) {
-			mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
-			mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
+			mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
+			mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
 			t1 := makeTable(t, fs, "t1", 1000, 16, format.DtypeF32, 300,
 				[]format.ShardEntry{{Dev: 1, Off: 4096}, {Dev: 2, Off: 4096}, {Dev: 1, Off: 1 << 20}, {Dev: 2, Off: 1 << 20}})
-			must(t, fs.SetShard(t1, 2, format.ShardEntry{Dev: 2, Off: 2 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
+			must(t, embedding.Meta{S: fs}.SetShard(t1, 2, format.ShardEntry{Dev: 2, Off: 2 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
 			makeTable(t, fs, "t2", 100, 8, format.DtypeF16, 64, []format.ShardEntry{{Dev: 1, Off: 4 << 20}, {Dev: 2, Off: 4 << 20}})
 		})
 		if plain != nil && tables != nil {

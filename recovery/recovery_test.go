@@ -577,10 +577,10 @@ func TestRepairIsCrashSafe(t *testing.T) {
 	m, s := buildPool(t)
 	m.Bytes()[format.SBMountCount] ^= 1                                        // primary superblock
 	clear(m.Bytes()[slotOf(t, m, format.RootIno, "dir"):][:format.DirentSize]) // /dir unreachable
-	d, off := getInode(t, m, s.ino["/a"])
+	d, _ := getInode(t, m, s.ino["/a"])
 	d.Nlink = 9 // link count
 	putInode(t, m, s.ino["/a"], d)
-	_, off = getInode(t, m, s.ino["/link"])
+	_, off := getInode(t, m, s.ino["/link"])
 	m.Bytes()[off+format.INMtime] ^= 1 // damaged inode
 	rec := pmem.NewRecorder(m.Bytes())
 	r, err := Repair(rec)

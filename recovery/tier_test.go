@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -17,7 +18,7 @@ func makeTable(t testing.TB, fs *core.FS, name string, rows uint64, dim uint32, 
 	in := mustV[*core.Inode](t)(fs.Create(fs.Root(), name, regMode))
 	hdr, err := format.NewTableHeader(rows, dim, dt, shardRows)
 	must(t, err)
-	must(t, fs.CreateTable(in, hdr, shards))
+	must(t, embedding.Meta{S: fs}.CreateTable(in, hdr, shards))
 	return in
 }
 
@@ -33,12 +34,12 @@ func tablePool(t testing.TB) (pmem.Medium, map[string]format.Ino) {
 	must(t, core.Format(m, 0, 0))
 	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
-	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
-	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
+	mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"}))
+	mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{2}, Path: "/ssd/b"}))
 	ino := map[string]format.Ino{}
 	t1 := makeTable(t, fs, "t1", 1000, 16, format.DtypeF32, 300,
 		[]format.ShardEntry{{Dev: 1, Off: 4096}, {Dev: 2, Off: 4096}, {Dev: 1, Off: 1 << 20}, {Dev: 2, Off: 1 << 20}})
-	must(t, fs.SetShard(t1, 2, format.ShardEntry{Dev: 2, Off: 2 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
+	must(t, embedding.Meta{S: fs}.SetShard(t1, 2, format.ShardEntry{Dev: 2, Off: 2 << 20, Gen: 1, RDev: 1, ROff: 3 << 20}))
 	ino["/t1"] = t1.Ino
 	ino["/t2"] = makeTable(t, fs, "t2", 100, 8, format.DtypeF16, 64,
 		[]format.ShardEntry{{Dev: 1, Off: 4 << 20}, {Dev: 2, Off: 4 << 20}}).Ino
@@ -97,7 +98,7 @@ func TestTierRegistryAloneIsClean(t *testing.T) {
 	must(t, core.Format(m, 0, 0))
 	fs, _, err := core.Open(m, core.Options{})
 	must(t, err)
-	mustV[format.DevID](t)(fs.RegisterTierDevice(format.TierDevice{UUID: [16]byte{7}, Path: "/ssd/x"}))
+	mustV[format.DevID](t)(embedding.Meta{S: fs}.RegisterTierDevice(format.TierDevice{UUID: [16]byte{7}, Path: "/ssd/x"}))
 	must(t, fs.Close())
 	if superOf(t, m).Tier == 0 {
 		t.Fatal("no registry")

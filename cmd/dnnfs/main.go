@@ -1,10 +1,3 @@
-// Command dnnfs creates, mounts, checks and repairs dnnfs pools.
-//
-//	dnnfs mkfs  --pool PATH --size SIZE [--force]
-//	dnnfs mount --pool PATH MOUNTPOINT [--log-level LEVEL] [--allow-other] [--read-cache]
-//	dnnfs fsck  --pool PATH [--repair]
-//	dnnfs status MOUNTPOINT [--json]
-//	dnnfs version
 package main
 
 import (

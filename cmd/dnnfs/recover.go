@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -18,7 +19,7 @@ import (
 type recoverSession struct {
 	Path string `json:"path"`
 	Ino  uint64 `json:"ino"`
-	core.SessionInfo
+	seglog.Report
 	Remaining uint64 `json:"remaining"` // bytes the job still has to do
 }
 
@@ -33,9 +34,10 @@ type recoverReport struct {
 	listOnly bool // nothing was changed: ClosedByRecovery are closed by the next mount
 }
 
-// runRecover opens an unmounted pool (which runs the SEEDS.md §1c session
-// recovery, as a mount does), lists the segmented sessions left open with
-// each segment's resume offset, and finishes or abandons the ones named.
+// runRecover opens an unmounted pool (which runs the session recovery of
+// DESIGN.md §Two-layer log, as a mount does), lists the segmented sessions
+// left open with each segment's resume offset (seglog.Report), and
+// finishes or abandons the ones named.
 func runRecover(args []string) error {
 	fl := newFlags("recover")
 	poolPath := fl.String("pool", "", "pool file or DAX device (required; must not be mounted)")
@@ -136,10 +138,8 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 			info, _ := p.Session(a.in)
 			if a.finish {
 				var short []string
-				for _, g := range info.Segments {
-					if !g.Done && g.Tail < g.Start+g.Length {
-						short = append(short, fmt.Sprintf("%d (tail %d of [%d, %d))", g.Index, g.Tail, g.Start, g.Start+g.Length))
-					}
+				for _, g := range info.Short() {
+					short = append(short, fmt.Sprintf("%d (tail %d of [%d, %d))", g.Index, g.Tail, g.Start, g.End()))
 				}
 				if err := p.FinishSession(a.in); err != nil {
 					return fmt.Errorf("%s: finishing the session of %s: %w", poolPath, a.name, err)
@@ -199,13 +199,7 @@ func openSessions(p *core.FS) []recoverSession {
 		if !ok {
 			continue
 		}
-		s := recoverSession{Path: p.PathOf(in), Ino: uint64(in.Ino), SessionInfo: info}
-		for _, g := range info.Segments {
-			if !g.Done {
-				s.Remaining += g.Start + g.Length - g.Tail
-			}
-		}
-		out = append(out, s)
+		out = append(out, recoverSession{Path: p.PathOf(in), Ino: uint64(in.Ino), Report: info, Remaining: info.Remaining()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out

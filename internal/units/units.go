@@ -1,5 +1,3 @@
-// Package units parses the byte sizes dnnfs accepts on its command line
-// and in session requests: 8GiB, 512MiB, 1G, 4096.
 package units
 
 import (

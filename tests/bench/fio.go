@@ -77,7 +77,7 @@ func (b *Bench) fio(ctx context.Context, env []string, args []string) ([]fioResu
 		return r, line, fmt.Errorf("fio did not finish within 5 minutes; killed. stderr: %s", tail(errText, 1500))
 	}
 	if err != nil {
-		return r, line, fmt.Errorf("fio: %v: %s", err, tail(errText+" "+tail(string(stdout.Bytes()), 500), 2000))
+		return r, line, fmt.Errorf("fio: %v: %s", err, tail(errText+" "+tail(stdout.String(), 500), 2000))
 	}
 	if jerr != nil || len(j.Jobs) == 0 {
 		return r, line, fmt.Errorf("fio: unreadable JSON (%v): %s", jerr, tail(errText, 1500))

@@ -3,6 +3,9 @@
 // image a machine crash right after fence k would leave (unflushed stores
 // lost) is opened with core.Open and compared with the logical state after
 // the operations that had returned by then (README "Durability contract").
+// What the tree does not show (segmented sessions, embedding tables, the
+// SSD-tier registry) is recorded and checked next to it by ext_test.go,
+// for the sweeps of session_test.go, table_test.go and paths_test.go.
 package crashimage_test
 
 import (
@@ -238,8 +241,8 @@ func verifyScript(t *testing.T, s *script, bugs map[string]string) {
 		if recoveryCheck != nil {
 			checker = "core.Open and recovery.Check"
 		}
-		t.Logf("%d steps (%d without a fence), %d fences in all (%d in setup steps, not examined), %d crash images checked (%s)",
-			len(s.steps), noFence, s.rec.Fences(), setupFences, tested.Load(), checker)
+		t.Logf("%d steps (%d without a fence), %d fences in all (%d in setup steps, not examined), %d crash images checked (%s), and %d images of a crash during their recovery",
+			len(s.steps), noFence, s.rec.Fences(), setupFences, tested.Load(), checker, s.recrashes.Load())
 	})
 }
 
@@ -307,6 +310,11 @@ func checkFence(s *script, k int, img []byte) error {
 			}
 		}
 		d := diffTrees(got, s.steps[c].snap, unsure, 8)
+		if len(d) == 0 && s.extra != nil {
+			if err := s.extra(p, k, c); err != nil {
+				d = append(d, err.Error())
+			}
+		}
 		if len(d) == 0 {
 			match = c
 			break
@@ -330,6 +338,7 @@ func checkFence(s *script, k int, img []byte) error {
 		im := tm.imagesFrom(1)
 		defer im.release()
 		for j := 1; j < n; j, _ = j+1, im.next() {
+			s.recrashes.Add(1)
 			p2, _, err := core.Open(sliceMedium(im.image()), core.Options{})
 			if err != nil {
 				return fmt.Errorf("crash after fence %d of recovery: Open: %v", j, err)
@@ -340,6 +349,11 @@ func checkFence(s *script, k int, img []byte) error {
 			}
 			if d := diffTrees(got2, got, nil, 5); len(d) > 0 {
 				return fmt.Errorf("crash after fence %d of recovery: state differs from a full recovery:\n  %s", j, strings.Join(d, "\n  "))
+			}
+			if s.extra != nil {
+				if err := s.extra(p2, k, match); err != nil {
+					return fmt.Errorf("crash after fence %d of recovery: %v", j, err)
+				}
 			}
 		}
 	}
@@ -387,6 +401,9 @@ func checkFence(s *script, k int, img []byte) error {
 // transaction or free orphans (inodes with no links), read from the raw
 // image with package format.
 func recoveryNeedsWrites(s *script, img []byte) bool {
+	if s.recoveryWrites != nil && s.recoveryWrites(img) {
+		return true
+	}
 	sb, _, err := core.ReadSuperblock(sliceMedium(img))
 	if err != nil {
 		return false
@@ -518,4 +535,5 @@ func TestMkfsOverOldPool(t *testing.T) {
 			t.Errorf("fence %d of %d: not %s:\n  %s", k, rec.Fences(), what, strings.Join(d, "\n  "))
 		}
 	}
+	t.Logf("%d crash images of mkfs over an old pool checked", rec.Fences()+1)
 }

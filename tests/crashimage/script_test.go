@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,15 @@ type script struct {
 	// fmtFences is the fence count after Format (crash points before it are
 	// inside mkfs); openFences after Open.
 	fmtFences, openFences int
+	// Hooks of the sweeps of state the tree does not show (sessions,
+	// tables, the SSD-tier registry; ext_test.go): afterRecord runs after
+	// each step is recorded, extra checks a recovered pool against step c
+	// for a crash after fence k, recoveryWrites says Open of img will store
+	// (a session to finish or close).
+	afterRecord    func()
+	extra          func(p *core.FS, k, c int) error
+	recoveryWrites func(img []byte) bool
+	recrashes      atomic.Int64 // crash images inside recovery checked
 }
 
 const poolSize = 4 << 20 // format.MinPoolSize: every image is copied
@@ -100,6 +110,9 @@ func (s *script) record(name string) {
 		s.steps[len(s.steps)-1].ops = s.countOps()
 	}
 	s.inflight = nil
+	if s.afterRecord != nil {
+		s.afterRecord()
+	}
 }
 
 // changesInPlace notes that the running operation stores into [off, end) of

@@ -602,12 +602,3 @@ func runHelper(op string, args []string) int {
 func rename(from, to string) error {
 	return retry(func() error { return unix.Rename(from, to) })
 }
-
-// skipBug skips a test that fails because of a known dnnfs bug, unless
-// DNNFS_E2E_BUGS=1 (to check whether the bug is fixed).
-func skipBug(t testing.TB, desc string) {
-	t.Helper()
-	if os.Getenv("DNNFS_E2E_BUGS") == "" {
-		t.Skip("BUG: " + desc + " (DNNFS_E2E_BUGS=1 runs it)")
-	}
-}

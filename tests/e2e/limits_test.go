@@ -149,7 +149,7 @@ func TestNameLimits(t *testing.T) {
 		_, err := os.ReadFile(p)
 		return err
 	})
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	dfd, err := retryN(func() (int, error) { return unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
 	must(t, err)
 	defer func() { unix.Close(dfd) }()

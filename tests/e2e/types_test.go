@@ -210,7 +210,7 @@ func TestSpecialFiles(t *testing.T) {
 	// Persistence: everything above is on media (fsck of the pool runs at
 	// the end of the test).
 	before := readSpecials(t, d)
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	if after := readSpecials(t, d); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("after remount:\n %+v\nbefore:\n %+v", after, before)
 	}

@@ -74,7 +74,7 @@ func makeTable(t *testing.T, path string, rows, dim int, shard string, rng *rand
 	return w
 }
 
-// request encodes a lookup (the wire format of embedding/doc.go, written
+// request encodes a lookup (the wire format of embedding/wire/doc.go, written
 // here independently).
 func request(tag uint64, mode uint8, idx, offs []int64, weights []float32) []byte {
 	var b bytes.Buffer

@@ -154,12 +154,9 @@ func RemoveBuiltBinary() {
 	progs = map[string]*program{}
 }
 
-// goTool finds the go command, also when PATH lacks it.
+// goTool finds the go command (`go test` puts its own on PATH).
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
 		return p
 	}
 	return "go"

@@ -311,12 +311,6 @@ func errName(e unix.Errno) string {
 
 func okRes(val string) res  { return res{val: val} }
 func fromErr(err error) res { return res{errno: toErrno(err)} }
-func valErr(v string, err error) res {
-	if err != nil {
-		return res{errno: toErrno(err), val: v}
-	}
-	return res{val: v}
-}
 
 func toErrno(err error) unix.Errno {
 	if err == nil {

@@ -2,7 +2,6 @@ package sessioncrash_test
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
@@ -13,15 +12,6 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/tests/sessioncrash/srcdata"
 )
-
-// knownBug skips a test that reproduces an open dnnfs bug, unless
-// DNNFS_KNOWN_BUGS=1 (then it runs and fails until the bug is fixed).
-func knownBug(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("DNNFS_KNOWN_BUGS") != "1" {
-		t.Skip("BUG: " + why + " (DNNFS_KNOWN_BUGS=1 runs it)")
-	}
-}
 
 // hookMedium calls onFlush before each Flush of the wrapped medium.
 type hookMedium struct {
@@ -167,8 +157,8 @@ func TestAbandonDuringTailPersist(t *testing.T) {
 }
 
 // TestOtherProcessIOIsNotProgress: a session's tails record how far the
-// job's threads got (SEEDS.md §1b: Tail_ptr is "the position up to which
-// that thread has completed its reads/writes in its segment"); I/O of
+// job's threads got (DESIGN.md §Two-layer log: the tail is the offset up to which
+// the segment's bytes are complete); I/O of
 // another application (another process: lockData routes it to the
 // whole-file lock) is not the job's progress. sessionProgress counts
 // every read or write of the file whoever made it (and TID 0 too), so a

@@ -1,5 +1,5 @@
 // Package sessioncrash_test tests the crash behaviour of segmented-I/O
-// sessions (the two-layer log of SEEDS.md §1b-1c):
+// sessions (DESIGN.md §Two-layer log):
 //
 //   - TestSessionEveryFence runs sessions in process on a pmem.Recorder and
 //     opens the image a crash right after every fence would leave;

@@ -454,7 +454,7 @@ func TestReadSessionResume(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	fs.Kill(t)
-	fs = fs.Remount(t)
+	fs.Remount(t)
 	info, ok := getSession(t, file)
 	if !ok {
 		t.Fatal("no session after the crash")

@@ -1,0 +1,22 @@
+// Command dnnfs creates, mounts, checks and repairs dnnfs pools.
+//
+//	dnnfs mkfs  --pool PATH --size SIZE [--force]
+//	dnnfs mount --pool PATH MOUNTPOINT [--log-level LEVEL] [--allow-other] [--read-cache]
+//	dnnfs fsck  --pool PATH [--repair]
+//	dnnfs status MOUNTPOINT [--json]
+//	dnnfs cp [--threads N] SRC DST
+//	dnnfs recover --pool PATH [--json] [--finish|--abandon]
+//	dnnfs table create PATH --rows R --dim D --dtype f32|f16|bf16 | info PATH
+//	dnnfs version
+//
+// `dnnfs help` and `dnnfs CMD --help` list every flag.
+//
+// What it owns: flags and their validation (one line per bad value, naming
+// the flag), opening the medium (pmem) and refusing a pool in use, wiring
+// core, embedding and fs together for a mount, and the admin commands'
+// output.
+//
+// What it must not do: change the pool other than through core, recovery or
+// pmem's pool creation; write anything when a command only reads or fails
+// (the pool stays byte-identical); or panic on bad input.
+package main
