@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -411,5 +412,17 @@ func BenchmarkWriteFresh(b *testing.B) {
 				off += chunk
 			}
 		})
+	}
+}
+
+func TestFaultyInjectCount(t *testing.T) {
+	f := NewFaulty(NewMemory(4096))
+	f.Inject(Injection{Ops: OpFlush, Nth: 2, Count: 2})
+	var got []bool
+	for range 5 {
+		got = append(got, f.Flush(0, 1) != nil)
+	}
+	if want := []bool{false, true, true, false, false}; !slices.Equal(got, want) {
+		t.Fatalf("failed flushes %v, want %v", got, want)
 	}
 }
