@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
+	"github.com/dnnfs/dnnfs/pmem"
 )
 
 const bs = format.BlockSize
@@ -144,19 +144,16 @@ func (fs *FS) ReadAt(in *Inode, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// writePool stores p at pool byte offset off: through the pool file on an
-// emulated pool (see pmem.FileBacked), else through the mapping.
+// writePool stores p at pool byte offset off (pmem.Medium.WriteAt: a
+// pwrite of the pool file on an emulated pool). A failure leaves any
+// prefix of p stored, which is not yet durable.
 func (fs *FS) writePool(p []byte, off int64) error {
-	if fs.file != nil {
-		if _, err := fs.file.WriteAt(p, off); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				return fmt.Errorf("%w: the file system holding the pool file is full", ErrNoSpace)
-			}
-			return fmt.Errorf("writing the pool file at byte %d: %w", off, err)
+	if err := fs.m.WriteAt(p, off); err != nil {
+		if errors.Is(err, pmem.ErrNoSpace) {
+			return fmt.Errorf("%w: %v", ErrNoSpace, err)
 		}
-		return nil
+		return ioErr(fmt.Sprintf("writing %d bytes at pool byte %d", len(p), off), err)
 	}
-	copy(fs.m.Bytes()[off:], p)
 	return nil
 }
 
@@ -286,13 +283,29 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	if len(added) > 0 {
 		exts = mergeExtents(old, added)
 	}
+	stored := 0 // bytes of data stored, or being stored when werr came
 	walk(exts, off, int64(len(data)), func(p int64, pos, k int) {
 		if werr == nil {
+			stored = pos + k
 			werr = fs.writePool(data[pos:pos+k], p)
 		}
 	})
 	if werr != nil {
 		c.abort()
+		// Blocks this write overwrote in place may hold some of its bytes
+		// now, not durable: fsync says so until they are rewritten.
+		in.mu.Lock()
+		var lost []LostRange
+		walk(old, off, int64(stored), func(p int64, _, k int) {
+			if p >= 0 {
+				first := Blk(p / bs)
+				n := (uint64(p)+uint64(k)+bs-1)/bs - uint64(first)
+				in.lost = addRange(in.lost, first, n)
+				lost = append(lost, in.lostRangesLocked(first, n, werr, false)...)
+			}
+		})
+		in.mu.Unlock()
+		fs.LogLost(lost)
 		return 0, false, werr
 	}
 	now := time.Now().UnixNano()
@@ -340,7 +353,9 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 			ferr = err
 		}
 	}
-	fs.m.Fence()
+	if err := fs.m.Fence(); err != nil && ferr == nil {
+		ferr = err
+	}
 	if ferr == nil && fs.wbGen() != gen {
 		ferr = fmt.Errorf("the pool medium reported a write-back failure during the write")
 	}
@@ -550,26 +565,35 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 		if full0 <= full1 {
 			edges = [][2]uint64{{off, full0 * bs}, {full1 * bs, end}}
 		}
+		// An edge whose clearing failed (store, flush or fence) reads as
+		// zeros, partly or wholly, but may not be on media: fsync says so
+		// until it is rewritten.
 		var werr error
+		var touched []Blk
 		for _, r := range edges {
 			if r[1] <= r[0] {
 				continue
 			}
 			walk(in.exts, int64(r[0]), int64(r[1]-r[0]), func(p int64, pos, k int) {
-				if p >= 0 && werr == nil {
-					werr = fs.zeroPool(p, int64(k))
-					if werr == nil {
-						if err := fs.m.Flush(p, int64(k)); err != nil {
-							// The edge reads as zeros but may not be on media.
-							in.lost = addRange(in.lost, Blk(p/bs), 1)
-							werr = ioErr(fmt.Sprintf("clearing file bytes [%d, %d)", int(r[0])+pos, int(r[0])+pos+k), err)
-						}
-					}
+				if p < 0 || werr != nil {
+					return
+				}
+				touched = append(touched, Blk(p/bs))
+				what := fmt.Sprintf("clearing file bytes [%d, %d)", int(r[0])+pos, int(r[0])+pos+k)
+				if err := fs.zeroPool(p, int64(k)); err != nil {
+					werr = fmt.Errorf("%s: %w", what, err)
+				} else if err := fs.m.Flush(p, int64(k)); err != nil {
+					werr = ioErr(what, err)
 				}
 			})
 		}
-		fs.m.Fence()
+		if err := fs.m.Fence(); err != nil && werr == nil {
+			werr = ioErr("clearing file bytes at the edges of the hole", err)
+		}
 		if werr != nil {
+			for _, b := range touched {
+				in.lost = addRange(in.lost, b, 1)
+			}
 			return werr
 		}
 		if full1 > full0 {

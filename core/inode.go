@@ -15,6 +15,7 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/lock"
+	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
@@ -156,10 +157,13 @@ func (c *change) abort() {
 }
 
 // releaseBlocks returns blocks to the allocator, punching them out of an
-// emulated pool file so their memory or disk space is given back.
+// emulated pool file so their memory or disk space is given back (DAX
+// media clear them). DRAM media gain nothing from clearing blocks nobody
+// reads. The punch is best effort: the blocks are free either way, and
+// whoever takes them next overwrites or clears them.
 func (fs *FS) releaseBlocks(b Blk, n uint64) {
-	if z, ok := fs.m.(interface{ Zero(off, n int64) error }); ok {
-		_ = z.Zero(int64(b.Off()), int64(n*format.BlockSize))
+	if fs.m.Kind() != pmem.Memory {
+		_ = fs.m.Punch(int64(b.Off()), int64(n*format.BlockSize))
 	}
 	fs.alloc.Release(b, n)
 }
@@ -515,8 +519,14 @@ func (in *Inode) flushDataLocked() []LostRange {
 		}
 	}
 	if len(ranges) > 0 {
-		m.Fence()
-		if g := in.fs.wbGen(); g != in.dirtyGen {
+		if err := m.Fence(); err != nil {
+			// Nothing flushed here is known durable.
+			failed, lost = failed[:0], lost[:0]
+			for _, e := range ranges {
+				failed = append(failed, format.Extent{Phys: e.Phys, Len: e.Len})
+				lost = append(lost, in.lostRangesLocked(e.Phys, e.Len, err, false)...)
+			}
+		} else if g := in.fs.wbGen(); g != in.dirtyGen {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("the pool medium reported %d write-back failure(s) while this data was unflushed", g-in.dirtyGen)
 			}

@@ -19,7 +19,13 @@ var errMedia = errors.New("injected media write-back failure")
 // durable) and mounts it through a Faulty wrapper.
 func faultyPool(t *testing.T) (*FS, *pmem.Faulty, *pmem.Recorder, *observer.ObservedLogs) {
 	t.Helper()
-	m := pmem.NewMemory(32 << 20)
+	return faultyPoolOf(t, 32<<20)
+}
+
+// faultyPoolOf is faultyPool of size bytes.
+func faultyPoolOf(t *testing.T, size int64) (*FS, *pmem.Faulty, *pmem.Recorder, *observer.ObservedLogs) {
+	t.Helper()
+	m := pmem.NewMemory(size)
 	if err := Format(m, 0, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -25,13 +25,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
@@ -58,7 +56,8 @@ var (
 	ErrNotPool     = format.ErrNotPool
 	ErrPerm        = errors.New("operation not permitted")
 	ErrLoop        = errors.New("too many links")
-	// ErrIO: the medium failed to make bytes durable (a failed flush).
+	// ErrIO: the medium failed to store or make bytes durable (a failed
+	// write, fallocate, flush or fence).
 	ErrIO = errors.New("input/output error: the pool medium failed to persist data")
 )
 
@@ -89,7 +88,6 @@ type FS struct {
 
 	alloc *alloc.Map           // free blocks, rebuilt at every mount by recovery.Mount; never on media
 	zero  []byte               // read-only zeros served for holes
-	file  *os.File             // pool file of an emulated pool (pmem.FileBacked), else nil
 	wb    pmem.WritebackErrors // the medium's, or nil
 
 	lockMode     LockMode
@@ -168,10 +166,11 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	}
 	// On a sparse pool file, back the metadata regions now: a store into a
 	// hole of a full disk would kill the daemon with SIGBUS.
-	if fb, ok := m.(pmem.FileBacked); ok && fb.File() != nil {
-		if err := unix.Fallocate(int(fb.File().Fd()), 0, metaOff, metaLen); err != nil {
-			return fmt.Errorf("reserving %d bytes of metadata in the pool file: %w", metaLen, err)
+	if err := m.Fallocate(metaOff, metaLen); err != nil {
+		if errors.Is(err, pmem.ErrNoSpace) {
+			return fmt.Errorf("reserving %d bytes of metadata in the pool file: %w: %v", metaLen, ErrNoSpace, err)
 		}
+		return fmt.Errorf("reserving %d bytes of metadata in the pool file: %w", metaLen, err)
 	}
 	if err := journal.Format(m, &sb); err != nil {
 		return ioErr("formatting", err)
@@ -195,30 +194,21 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	return nil
 }
 
-// zeroRange makes [off, off+n) read as zero and durable, cheaply on
-// media that can punch holes.
+// zeroRange makes [off, off+n) read as zero and durable (pmem.Medium.Punch:
+// cheap on media that can punch holes).
 func zeroRange(m pmem.Medium, off, n int64) error {
-	if z, ok := m.(interface{ Zero(off, n int64) error }); ok {
-		if z.Zero(off, n) == nil {
-			return nil
-		}
-	}
-	clear(m.Bytes()[off : off+n])
-	return m.Persist(off, n)
+	return m.Punch(off, n)
 }
 
 // materialize backs blocks [b, b+n) of a sparse pool file before metadata
 // is stored into them through the mapping, turning a full disk into
-// ENOSPC instead of SIGBUS.
+// ErrNoSpace instead of SIGBUS.
 func (fs *FS) materialize(b Blk, n uint64) error {
-	if fs.file == nil {
-		return nil
-	}
-	if err := unix.Fallocate(int(fs.file.Fd()), 0, int64(b.Off()), int64(n*format.BlockSize)); err != nil {
-		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("%w: the file system holding the pool file is full", ErrNoSpace)
+	if err := fs.m.Fallocate(int64(b.Off()), int64(n*format.BlockSize)); err != nil {
+		if errors.Is(err, pmem.ErrNoSpace) {
+			return fmt.Errorf("%w: %v", ErrNoSpace, err)
 		}
-		return fmt.Errorf("backing pool blocks %d..%d: %w", b, uint64(b)+n-1, err)
+		return ioErr(fmt.Sprintf("backing pool blocks %d..%d", b, uint64(b)+n-1), err)
 	}
 	return nil
 }
@@ -272,9 +262,6 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs.alloc = st.Free
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
-	}
-	if fb, ok := m.(pmem.FileBacked); ok {
-		fs.file = fb.File()
 	}
 	fs.wb, _ = m.(pmem.WritebackErrors)
 	if err := fs.load(st); err != nil {

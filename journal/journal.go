@@ -215,7 +215,9 @@ func (j *Journal) applyLocked(recs []record) error {
 			first = err
 		}
 	}
-	j.m.Fence()
+	if err := j.m.Fence(); err != nil && first == nil {
+		first = err
+	}
 	return first
 }
 

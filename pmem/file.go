@@ -375,24 +375,75 @@ func (m *fileMedium) Flush(off, n int64) error {
 func (m *fileMedium) WritebackErrors() uint64 { return m.wbErrs.Load() }
 
 // Fence orders earlier flushes before later stores. msync has already
-// waited for the write-back, so only DAX media need an instruction.
-func (m *fileMedium) Fence() {
+// waited for the write-back, so only DAX media need an instruction, which
+// cannot fail.
+func (m *fileMedium) Fence() error {
 	if m.kind != Emulated && !m.readOnly {
 		sfence()
 	}
+	return nil
 }
 
 func (m *fileMedium) Persist(off, n int64) error {
 	err := m.Flush(off, n)
-	m.Fence()
+	if ferr := m.Fence(); err == nil {
+		err = ferr
+	}
 	return err
 }
 
-// Zero makes [off, off+n) read as zeros, durably. On an emulated pool it
+// WriteAt stores p at off: a pwrite of the pool file on an emulated pool
+// (see Medium.WriteAt for why), a copy into the mapping otherwise. A
+// private map (OpenPrivate) takes the copy in this process only; a
+// read-only one refuses.
+func (m *fileMedium) WriteAt(p []byte, off int64) error {
+	if err := checkRange(off, int64(len(p)), int64(len(m.data))); err != nil {
+		return fmt.Errorf("%s: write: %w", m.path, err)
+	}
+	if m.readOnly && !m.private {
+		return fmt.Errorf("%s: write [%d, %d): %w", m.path, off, off+int64(len(p)), ErrReadOnly)
+	}
+	if m.kind != Emulated || m.readOnly {
+		copy(m.data[off:], p)
+		return nil
+	}
+	if _, err := m.f.WriteAt(p, off); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%s: write [%d, %d): %w", m.path, off, off+int64(len(p)), ErrNoSpace)
+		}
+		return fmt.Errorf("%s: write [%d, %d): %w", m.path, off, off+int64(len(p)), err)
+	}
+	return nil
+}
+
+// Fallocate backs [off, off+n) of an emulated pool's sparse file (clamped
+// to the pool); DAX media and private maps need nothing. A read-only map
+// refuses.
+func (m *fileMedium) Fallocate(off, n int64) error {
+	start, end, ok := clampRange(off, n, int64(len(m.data)))
+	if !ok || m.private {
+		return nil
+	}
+	if m.readOnly {
+		return fmt.Errorf("%s: fallocate [%d, %d): %w", m.path, start, end, ErrReadOnly)
+	}
+	if m.kind != Emulated {
+		return nil
+	}
+	if err := unix.Fallocate(int(m.f.Fd()), 0, start, end-start); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%s: fallocate [%d, %d): %w", m.path, start, end, ErrNoSpace)
+		}
+		return fmt.Errorf("%s: fallocate [%d, %d): %w", m.path, start, end, err)
+	}
+	return nil
+}
+
+// Punch makes [off, off+n) read as zeros, durably. On an emulated pool it
 // punches a hole in the file, which also gives the space back; DAX media
-// clear and flush. A private map (OpenPrivate) is cleared in this process
-// only; a read-only one refuses.
-func (m *fileMedium) Zero(off, n int64) error {
+// (and a file system that cannot punch) clear and flush. A private map
+// (OpenPrivate) is cleared in this process only; a read-only one refuses.
+func (m *fileMedium) Punch(off, n int64) error {
 	start, end, ok := clampRange(off, n, int64(len(m.data)))
 	if !ok {
 		return nil
@@ -400,7 +451,7 @@ func (m *fileMedium) Zero(off, n int64) error {
 	if m.readOnly {
 		return m.zeroUnwritten(start, end)
 	}
-	if m.kind == Emulated && !m.readOnly {
+	if m.kind == Emulated {
 		err := unix.Fallocate(int(m.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
 		if err == nil {
 			return nil
@@ -442,13 +493,4 @@ func (m *fileMedium) Close() error {
 	delete(openPools, m.key)
 	openMu.Unlock()
 	return errors.Join(errs...)
-}
-
-// File returns the pool file of an emulated, writable pool (see
-// FileBacked), or nil.
-func (m *fileMedium) File() *os.File {
-	if m.kind != Emulated || m.readOnly {
-		return nil
-	}
-	return m.f
 }

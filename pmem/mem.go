@@ -1,20 +1,38 @@
 package pmem
 
-// NewMemory returns a DRAM medium of size bytes, for unit tests. Flush and
-// Fence do nothing and nothing survives Close.
+import "fmt"
+
+// NewMemory returns a DRAM medium of size bytes, for unit tests. Flush,
+// Fence and Fallocate do nothing and nothing survives Close.
 func NewMemory(size int64) Medium {
 	return &memMedium{b: make([]byte, size)}
 }
 
 type memMedium struct{ b []byte }
 
-func (m *memMedium) Bytes() []byte              { return m.b }
-func (m *memMedium) Size() int64                { return int64(len(m.b)) }
-func (m *memMedium) Flush(off, n int64) error   { return nil }
-func (m *memMedium) Fence()                     {}
-func (m *memMedium) Persist(off, n int64) error { return nil }
-func (m *memMedium) Kind() Kind                 { return Memory }
-func (m *memMedium) Close() error               { return nil }
+func (m *memMedium) Bytes() []byte                { return m.b }
+func (m *memMedium) Size() int64                  { return int64(len(m.b)) }
+func (m *memMedium) Flush(off, n int64) error     { return nil }
+func (m *memMedium) Fence() error                 { return nil }
+func (m *memMedium) Fallocate(off, n int64) error { return nil }
+func (m *memMedium) Persist(off, n int64) error   { return nil }
+func (m *memMedium) Kind() Kind                   { return Memory }
+func (m *memMedium) Close() error                 { return nil }
+
+func (m *memMedium) WriteAt(p []byte, off int64) error {
+	if err := checkRange(off, int64(len(p)), int64(len(m.b))); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	copy(m.b[off:], p)
+	return nil
+}
+
+func (m *memMedium) Punch(off, n int64) error {
+	if start, end, ok := clampRange(off, n, int64(len(m.b))); ok {
+		clear(m.b[start:end])
+	}
+	return nil
+}
 
 // clampRange clips [off, off+n) to [0, size). ok is false when nothing is
 // left, including for n <= 0.

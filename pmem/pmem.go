@@ -8,23 +8,29 @@
 //	FSDAX     a file on a DAX-mounted file system         MAP_SHARED_VALIDATE|MAP_SYNC CLWB/CLFLUSHOPT/CLFLUSH
 //	Emulated  an ordinary (sparse) file, the default      MAP_SHARED                  msync(MS_SYNC) of the pages
 //
-// The three primitives mean the same thing on every medium:
+// Every byte the file system moves to or from the pool goes through one
+// Medium; its operations mean the same thing on every medium:
 //
-//	Flush(off, n)   write back the cache lines (or pages) covering [off, off+n)
-//	Fence()         order: every Flush issued before completes before any later store
-//	Persist(off, n) Flush then Fence: [off, off+n) is durable when it returns nil
+//	WriteAt(p, off)   store p at off (not yet durable: Flush/Persist it)
+//	Fallocate(off, n) back [off, off+n) so later stores cannot fail for space
+//	Punch(off, n)     make [off, off+n) read as zeros, durably
+//	Flush(off, n)     write back the cache lines (or pages) covering [off, off+n)
+//	Fence()           order: every Flush issued before completes before any later store
+//	Persist(off, n)   Flush then Fence: [off, off+n) is durable when it returns nil
 //
-// Flush and Persist return the write-back failure (msync on emulated pools);
-// after one, the range's bytes must be assumed lost on media even though
-// the mapping still shows them.
+// Each returns its failure. After a failed Flush, Fence or Persist (msync on
+// emulated pools) the range's bytes must be assumed lost on media even
+// though the mapping still shows them; after a failed WriteAt, any prefix of
+// p may have been stored.
 //
-// Callers store straight into Bytes() and then Persist what must be durable.
+// Small structures are stored straight into Bytes() and then persisted;
+// reads are loads from Bytes() (the DAX way, and faster than pread here).
 // On media, structures hold offsets into Bytes(), never pointers.
 package pmem
 
 import (
 	"errors"
-	"os"
+	"fmt"
 )
 
 // Kind says what backs a Medium.
@@ -57,8 +63,25 @@ type Medium interface {
 	// Bytes is the whole pool, mapped. Its length is Size().
 	Bytes() []byte
 	Size() int64
+	// WriteAt stores p at pool offset off, all of it or an error. On an
+	// emulated pool it is a pwrite of the pool file: storing through the
+	// mapping takes a page fault per fresh 4 KiB page, several times
+	// slower there (BenchmarkWriteFresh; the mapping and the file share
+	// one page cache). On DAX and memory media it copies into Bytes().
+	WriteAt(p []byte, off int64) error
+	// Fallocate backs [off, off+n) of a sparse pool file, so that a later
+	// store into it cannot kill the process with SIGBUS on a full disk;
+	// that case fails with ErrNoSpace. Nothing becomes durable. No-op on
+	// DAX and memory media, whose bytes always exist.
+	Fallocate(off, n int64) error
+	// Punch makes [off, off+n) read as zeros, durably. An emulated pool
+	// punches a hole in its file (giving the space back); other media
+	// clear and persist.
+	Punch(off, n int64) error
 	Flush(off, n int64) error
-	Fence()
+	// Fence fails when the medium cannot promise the flushes before it
+	// completed; the caller treats that as a failed Flush of them.
+	Fence() error
 	Persist(off, n int64) error
 	Kind() Kind
 	// Close unmaps the pool and releases the pool lock.
@@ -74,6 +97,11 @@ var (
 	ErrExists = errors.New("pool already exists")
 	// ErrTooSmall: the requested or found size cannot hold a file system.
 	ErrTooSmall = errors.New("pool too small")
+	// ErrNoSpace: WriteAt or Fallocate found the file system holding the
+	// pool file full.
+	ErrNoSpace = errors.New("the file system holding the pool file is full")
+	// ErrRange: an operation named bytes outside the pool.
+	ErrRange = errors.New("range outside the pool")
 )
 
 // WritebackErrors is implemented by media that may report a write-back
@@ -85,12 +113,24 @@ type WritebackErrors interface {
 	WritebackErrors() uint64
 }
 
-// FileBacked is implemented by media whose bytes live in a file's page
-// cache (emulated pools). Moving data with pwrite and splice on that file
-// lets the kernel's page-cache paths do the work; storing through the
-// mapping instead takes a page fault per fresh 4 KiB page, about ten
-// times slower here. The mapping and the file stay coherent (one page
-// cache). File returns nil when the medium is not file-backed.
-type FileBacked interface {
-	File() *os.File
+// checkRange refuses [off, off+n) unless it lies within a pool of size
+// bytes (n >= 0).
+func checkRange(off, n, size int64) error {
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return fmt.Errorf("[%d, %d) of a %d-byte pool: %w", off, off+n, size, ErrRange)
+	}
+	return nil
+}
+
+// PunchByStores is Punch for a medium with no cheaper way: it clears
+// [off, off+n) (clamped to the pool) through Bytes and persists it through
+// m. A wrapper that records flushes and fences (crash-image tests) uses it
+// so the zeros pass through its own Persist.
+func PunchByStores(m Medium, off, n int64) error {
+	start, end, ok := clampRange(off, n, m.Size())
+	if !ok {
+		return nil
+	}
+	clear(m.Bytes()[start:end])
+	return m.Persist(start, end-start)
 }

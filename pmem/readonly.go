@@ -32,7 +32,7 @@ const (
 // reaching the pool. Only the pages stored into cost memory.
 func OpenPrivate(path string) (Medium, error) { return open(path, modePrivate) }
 
-// zeroUnwritten is Zero for a medium that never writes its file: a private
+// zeroUnwritten is Punch for a medium that never writes its file: a private
 // map gets fresh anonymous zero pages over the whole pages of the range
 // (no copy of what they replace), the partial pages at its ends are
 // cleared; a read-only map refuses.

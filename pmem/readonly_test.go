@@ -38,17 +38,17 @@ func TestOpenPrivateNeverWrites(t *testing.T) {
 	}
 	copy(p.Bytes()[100:], "private store")
 	p.Persist(0, p.Size())
-	z := p.(interface{ Zero(off, n int64) error })
+	z := p
 	const zoff, zn = 4096 + 10, 3*MinSize + 5 // partial pages at both ends
-	if err := z.Zero(zoff, zn); err != nil {
+	if err := z.Punch(zoff, zn); err != nil {
 		t.Fatal(err)
 	}
 	b := p.Bytes()
 	if firstNZ := bytes.IndexFunc(b[zoff:zoff+zn], func(r rune) bool { return r != 0 }); firstNZ >= 0 {
-		t.Fatalf("Zero left a non-zero byte at %d", zoff+firstNZ)
+		t.Fatalf("Punch left a non-zero byte at %d", zoff+firstNZ)
 	}
 	if !bytes.Equal(b[zoff-10:zoff], before[zoff-10:zoff]) || !bytes.Equal(b[zoff+zn:zoff+zn+10], before[zoff+zn:zoff+zn+10]) {
-		t.Fatal("Zero changed bytes outside its range")
+		t.Fatal("Punch changed bytes outside its range")
 	}
 	if string(b[100:113]) != "private store" {
 		t.Fatal("a store into the private map did not stick")
@@ -61,15 +61,15 @@ func TestOpenPrivateNeverWrites(t *testing.T) {
 	}
 }
 
-func TestOpenReadOnlyRefusesZero(t *testing.T) {
+func TestOpenReadOnlyRefusesPunch(t *testing.T) {
 	path := newPool(t, MinSize)
 	ro, err := OpenReadOnly(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if err := ro.(interface{ Zero(off, n int64) error }).Zero(0, 4096); !errors.Is(err, ErrReadOnly) {
-		t.Fatalf("Zero on a read-only medium: got %v, want ErrReadOnly", err)
+	if err := ro.Punch(0, 4096); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Punch on a read-only medium: got %v, want ErrReadOnly", err)
 	}
 }
 

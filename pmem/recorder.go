@@ -21,6 +21,10 @@ const CacheLine = 64
 //
 // Crashes are modelled only at fences: the flushes of one fence are applied
 // together.
+//
+// WriteAt is a store like any other (durable once flushed and fenced);
+// Punch stores zeros and persists them (one fence), as it is durable on
+// return on every medium; Fallocate makes nothing durable.
 type Recorder struct {
 	mu      sync.Mutex
 	buf     []byte   // what the CPU sees
@@ -70,18 +74,33 @@ func (r *Recorder) Flush(off, n int64) error {
 // A Fence with nothing pending still takes a number, so fence numbers count
 // Fence calls and a test can name a crash point without knowing what was
 // flushed before it.
-func (r *Recorder) Fence() {
+func (r *Recorder) Fence() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.fences = append(r.fences, r.pending)
 	r.pending = nil
+	return nil
 }
 
 func (r *Recorder) Persist(off, n int64) error {
 	r.Flush(off, n)
-	r.Fence()
+	return r.Fence()
+}
+
+// WriteAt stores p at off; it reaches crash images once flushed and fenced.
+func (r *Recorder) WriteAt(p []byte, off int64) error {
+	if err := checkRange(off, int64(len(p)), int64(len(r.buf))); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	copy(r.buf[off:], p)
 	return nil
 }
+
+// Fallocate makes nothing durable: the Recorder's bytes always exist.
+func (r *Recorder) Fallocate(off, n int64) error { return nil }
+
+// Punch clears [off, off+n) and persists the zeros as one fence.
+func (r *Recorder) Punch(off, n int64) error { return PunchByStores(r, off, n) }
 
 // Fences returns how many fences have been issued.
 func (r *Recorder) Fences() int {

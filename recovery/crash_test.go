@@ -230,13 +230,16 @@ func (r *recorder) Flush(off, n int64) error {
 	return r.Recorder.Flush(off, n)
 }
 
-func (r *recorder) Fence() {
+func (r *recorder) Fence() error {
 	r.fences = append(r.fences, r.pending)
 	r.pending = nil
-	r.Recorder.Fence()
+	return r.Recorder.Fence()
 }
 
-func (r *recorder) Persist(off, n int64) error { r.Flush(off, n); r.Fence(); return nil }
+func (r *recorder) Persist(off, n int64) error { r.Flush(off, n); return r.Fence() }
+
+// Punch goes through r's own Persist, so the zeros are recorded here too.
+func (r *recorder) Punch(off, n int64) error { return pmem.PunchByStores(r, off, n) }
 
 // apply turns image k-1 into image k.
 func (r *recorder) apply(img []byte, k int) {
@@ -248,10 +251,16 @@ func (r *recorder) apply(img []byte, k int) {
 // sliceMedium is a DRAM medium over an existing image (no copy).
 type sliceMedium []byte
 
-func (m sliceMedium) Bytes() []byte              { return m }
-func (m sliceMedium) Size() int64                { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64) error   { return nil }
-func (m sliceMedium) Fence()                     {}
+func (m sliceMedium) Bytes() []byte                { return m }
+func (m sliceMedium) Size() int64                  { return int64(len(m)) }
+func (m sliceMedium) Flush(off, n int64) error     { return nil }
+func (m sliceMedium) Fence() error                 { return nil }
+func (m sliceMedium) Fallocate(off, n int64) error { return nil }
+func (m sliceMedium) Punch(off, n int64) error     { return pmem.PunchByStores(m, off, n) }
+func (m sliceMedium) WriteAt(p []byte, off int64) error {
+	copy(m[off:off+int64(len(p))], p)
+	return nil
+}
 func (m sliceMedium) Persist(off, n int64) error { return nil }
 func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
 func (m sliceMedium) Close() error               { return nil }

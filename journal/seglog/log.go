@@ -101,7 +101,9 @@ func (l *Log) MoveTail(i int, tail uint64, data []Span) error {
 				ferr = err
 			}
 		}
-		l.m.Fence()
+		if err := l.m.Fence(); err != nil && ferr == nil {
+			ferr = err
+		}
 		if ferr != nil {
 			return fmt.Errorf("%w: segment %d's data below %d: %w", ErrNotDurable, i, tail, ferr)
 		}

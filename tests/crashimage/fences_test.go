@@ -445,10 +445,16 @@ func (s *script) fullChecks(k int) bool {
 // nothing.
 type sliceMedium []byte
 
-func (m sliceMedium) Bytes() []byte              { return m }
-func (m sliceMedium) Size() int64                { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64) error   { return nil }
-func (m sliceMedium) Fence()                     {}
+func (m sliceMedium) Bytes() []byte                { return m }
+func (m sliceMedium) Size() int64                  { return int64(len(m)) }
+func (m sliceMedium) Flush(off, n int64) error     { return nil }
+func (m sliceMedium) Fence() error                 { return nil }
+func (m sliceMedium) Fallocate(off, n int64) error { return nil }
+func (m sliceMedium) Punch(off, n int64) error     { return pmem.PunchByStores(m, off, n) }
+func (m sliceMedium) WriteAt(p []byte, off int64) error {
+	copy(m[off:off+int64(len(p))], p)
+	return nil
+}
 func (m sliceMedium) Persist(off, n int64) error { return nil }
 func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
 func (m sliceMedium) Close() error               { return nil }

@@ -28,6 +28,7 @@ type step struct {
 	// setup: a preparatory step whose own crash points are not examined
 	// (there are too many of them; the steps after it are).
 	setup bool
+	ops   int // script.countOps() after the operation, if set
 }
 
 // script runs operations on a Recorder-backed pool and remembers, after
@@ -42,6 +43,8 @@ type script struct {
 	inflight unsureMap // of the operation being run
 	setup    bool      // steps being recorded are setup steps
 	steps    []step
+	countOps func() int      // medium operations so far (inject_test.go), or nil
+	mountOps map[pmem.Op]int // inject_test.go: operations of each kind by the end of Open
 	// fmtFences is the fence count after Format (crash points before it are
 	// inside mkfs); openFences after Open.
 	fmtFences, openFences int
@@ -103,6 +106,9 @@ func (s *script) record(name string) {
 	}
 	s.steps = append(s.steps, step{name: name, fences: s.rec.Fences(), snap: snap, unsure: s.unsure.clone(),
 		inflight: s.inflight, setup: s.setup})
+	if s.countOps != nil {
+		s.steps[len(s.steps)-1].ops = s.countOps()
+	}
 	s.inflight = nil
 	if s.afterRecord != nil {
 		s.afterRecord()

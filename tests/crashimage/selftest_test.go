@@ -24,9 +24,14 @@ func (l *lossy) Flush(off, n int64) error {
 
 func (l *lossy) Persist(off, n int64) error {
 	err := l.Flush(off, n)
-	l.Medium.Fence()
+	if ferr := l.Medium.Fence(); err == nil {
+		err = ferr
+	}
 	return err
 }
+
+// Punch goes through l's own Persist, so its flushes may be dropped too.
+func (l *lossy) Punch(off, n int64) error { return pmem.PunchByStores(l, off, n) }
 
 // shortScript is a few operations touching data, directories and xattrs.
 func shortScript(s *script) {

@@ -71,19 +71,24 @@ func (t *tee) Flush(off, n int64) error {
 	return t.Medium.Flush(off, n)
 }
 
-func (t *tee) Fence() {
+func (t *tee) Fence() error {
 	t.mu.Lock()
 	t.fences = append(t.fences, t.pending)
 	t.pending = nil
 	t.mu.Unlock()
-	t.Medium.Fence()
+	return t.Medium.Fence()
 }
 
 func (t *tee) Persist(off, n int64) error {
 	err := t.Flush(off, n)
-	t.Fence()
+	if ferr := t.Fence(); err == nil {
+		err = ferr
+	}
 	return err
 }
+
+// Punch goes through t's own Persist, so the zeros are recorded here too.
+func (t *tee) Punch(off, n int64) error { return pmem.PunchByStores(t, off, n) }
 
 // images walks the crash images of consecutive fences.
 type images struct {

@@ -32,9 +32,14 @@ func (h *hookMedium) Flush(off, n int64) error {
 
 func (h *hookMedium) Persist(off, n int64) error {
 	err := h.Flush(off, n)
-	h.Medium.Fence()
+	if ferr := h.Medium.Fence(); err == nil {
+		err = ferr
+	}
 	return err
 }
+
+// Punch goes through h's own Persist, so its hook sees the flush.
+func (h *hookMedium) Punch(off, n int64) error { return pmem.PunchByStores(h, off, n) }
 
 func (h *hookMedium) setFlush(f func(off, n int64)) {
 	h.mu.Lock()

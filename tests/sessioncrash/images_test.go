@@ -51,19 +51,24 @@ func (t *tracer) Flush(off, n int64) error {
 	return t.Medium.Flush(off, n)
 }
 
-func (t *tracer) Fence() {
+func (t *tracer) Fence() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.fences = append(t.fences, t.pending)
 	t.pending = nil
-	t.Medium.Fence()
+	return t.Medium.Fence()
 }
 
 func (t *tracer) Persist(off, n int64) error {
 	err := t.Flush(off, n)
-	t.Fence()
+	if ferr := t.Fence(); err == nil {
+		err = ferr
+	}
 	return err
 }
+
+// Punch goes through t's own Persist, so the zeros are traced too.
+func (t *tracer) Punch(off, n int64) error { return pmem.PunchByStores(t, off, n) }
 
 func (t *tracer) Fences() int {
 	t.mu.Lock()
