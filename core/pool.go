@@ -1,24 +1,3 @@
-// Package pool is the mounted file system: a DRAM index over the
-// persistent structures of package format, changed only through journal
-// transactions.
-//
-// Persistent and DRAM state are kept apart: an Inode holds a decoded copy
-// of its slot (d) plus DRAM-only indexes (sorted extents, directory name
-// map, xattr list, open count). Every change to persistent state is staged
-// into a journal.Tx as whole encoded structures and becomes visible in
-// DRAM only after the transaction commits.
-//
-// Lock order (acquire top to bottom; never the reverse):
-//
-//	FS.nsMu        namespace changes (create, link, unlink, rename, mkdir, rmdir, symlink)
-//	Inode.locks    data: range locks (package lock), held across the data copy
-//	Inode.mu       persistent fields and DRAM indexes; several at once only while holding FS.nsMu
-//	               (namespace operations are the only multi-inode lockers, and nsMu serialises them)
-//	FS.imu         inode table (the Ino -> *Inode map and free slots)
-//	journal        one transaction at a time (journal.Journal.mu)
-//	allocator      free-block map (alloc.Map.mu)
-//
-// Functions whose name ends in Locked expect Inode.mu of their receiver held.
 package core
 
 import (

@@ -1,0 +1,48 @@
+// Package journal makes metadata changes atomic across a crash with a
+// physical redo log in the pool's journal region. The transaction codec
+// is format.EncodeTx/DecodeTx, which the checker decodes with too.
+//
+// A transaction is a list of (pool offset, bytes) records. Commit:
+//
+//	step  store                                           then
+//	1     header + records into the transaction area      Persist
+//	2     8-byte commit word = transaction's sequence no. Persist   <- commit point
+//	3     each record's bytes to its target offset        Flush each, one Fence
+//	4     8-byte commit word = 0 (retired)                Persist
+//
+// Recovery (Replay) after a crash: a zero commit word means nothing to do
+// (a crash before step 2 leaves the targets untouched; after step 4 they
+// are complete). A non-zero word names a transaction whose records are all
+// persisted (step 1 precedes step 2): they are applied again, which is
+// idempotent, and the word is cleared.
+//
+// Layout (offsets in bytes from the start of the journal region):
+//
+//	offset  size  field
+//	0       8     magic "DNFSJRNL"
+//	8       8     commit word (sequence number, 0 = none)
+//	4096    24    transaction header: seq u64, count u32, len u32, crc u32, pad u32
+//	4120    ...   records: off u64, len u32, pad u32, data padded to 8 bytes
+//
+// The CRC (CRC-32C over the header's first 16 bytes and all record bytes)
+// lets Replay tell a committed transaction from damaged media.
+//
+// A failed persist (the medium's Flush returned an error) never lets a
+// transaction count as done when it is not durable:
+//
+//	step  fails   then
+//	1     records  Commit fails; nothing was applied, the commit word is 0
+//	2     commit   the word is set back to 0 and persisted; Commit fails
+//	3     apply    the transaction is committed (Replay would finish it): Commit
+//	               succeeds, the word stays set and the journal is unsettled
+//	4     retire   committed and applied: Commit succeeds, the journal is unsettled
+//
+// While the journal is unsettled (the media may not hold what the mapping
+// shows in its header), every Commit first finishes the old transaction
+// (re-applies it if its word is set, persists the word as 0) and fails
+// without writing anything of its own if that fails too.
+//
+// What it owns: the journal region and its commit protocol. What it must
+// not do: know what the records it carries mean, or commit anything that
+// is not whole encoded structures (callers stage those).
+package journal
