@@ -512,7 +512,7 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 	}
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
-	// Several Inode.mu at once: safe under nsMu (see the lock order).
+	// Several Inode.mu at once: safe under nsMu (DESIGN.md §Lock order).
 	locked := map[*Inode]bool{}
 	lock := func(in *Inode) {
 		if in != nil && !locked[in] {

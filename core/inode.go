@@ -30,7 +30,7 @@ type Inode struct {
 	typ  uint32 // file type bits; never change, so read without a lock
 	refs int    // load time only: directory entries naming the inode
 
-	locks lock.File                  // data range locks; see the lock order in pool.go
+	locks lock.File                  // data range locks; DESIGN.md §Lock order
 	sess  atomic.Pointer[session]    // open segmented-I/O session, or nil
 	table atomic.Pointer[tableState] // embedding table (set once at creation), or nil
 	mu    sync.Mutex

@@ -26,8 +26,8 @@ const DefaultTailInterval = 4 << 20
 // (package seglog): the F_log and the P_logs in the pool.
 type session struct {
 	// cmu orders every store into the log regions (Tail_ptr, F_log entry)
-	// against the close that frees them: holders re-check closed. Order:
-	// Inode.mu -> cmu -> mu.
+	// against the close that frees them: holders re-check closed
+	// (DESIGN.md §Lock order: Inode.mu -> cmu -> mu).
 	cmu    sync.Mutex
 	mu     sync.Mutex    // leaf
 	log    *seglog.Log   // immutable

@@ -48,13 +48,7 @@
 //
 // # Lock order
 //
-//	migrator.mu    one balance pass at a time
-//	shard.wgate    writers (shared) vs a move of that shard (exclusive)
-//	Tier.mu        the tables map
-//	Device.qmu     a device's class queues (leaf)
-//	Device.tmu     a device model's transfer timeline (leaf)
-//	spaceMap.mu    a device's free space (leaf)
-//	sleeper.mu     the device models' deadline heap (leaf)
-//
-// The device list is fixed when the tier opens and read without a lock.
+// The tier's locks (migrator.mu, shard.wgate, Tier.mu, Device.qmu,
+// Device.tmu, spaceMap.mu, sleeper.mu) are in DESIGN.md §Lock order with
+// the rest of dnnfs's.
 package embedding

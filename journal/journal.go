@@ -30,7 +30,7 @@ type Journal struct {
 	start  format.Off // first byte of the region
 	length int64      // bytes in the region
 
-	mu        sync.Mutex // serialises transactions; see the lock order in pool
+	mu        sync.Mutex // serialises transactions; DESIGN.md §Lock order
 	seq       uint64
 	unsettled bool // a persist of the header failed; see the package comment
 
