@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 // set: a pool file whose write-back fails, under a real msync.
 type failingFile struct {
 	gofs.MemRegularFile
+	rw     sync.Mutex // Read copies under it; Write changes Data under it
 	fail   atomic.Bool
 	failed atomic.Int64
 }
@@ -26,7 +28,22 @@ func (f *failingFile) Write(ctx context.Context, fh gofs.FileHandle, data []byte
 		f.failed.Add(1)
 		return 0, syscall.EIO
 	}
+	f.rw.Lock()
+	defer f.rw.Unlock()
 	return f.MemRegularFile.Write(ctx, fh, data, off)
+}
+
+// Read returns a copy: go-fuse's MemRegularFile hands out its own bytes,
+// which a concurrent Write (the kernel's write-back of another page) would
+// change while the reply is still being sent.
+func (f *failingFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.rw.Lock()
+	defer f.rw.Unlock()
+	end := min(off+int64(len(dest)), int64(len(f.Data)))
+	if off >= end {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(append([]byte(nil), f.Data[off:end]...)), 0
 }
 
 func (f *failingFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
