@@ -209,11 +209,15 @@ const (
 // cred is what the kernel's setuid/setgid rules ask about a caller.
 type cred struct {
 	fsetid bool     // CAP_FSETID in the effective set (or no process: see Caller)
+	immut  bool     // CAP_LINUX_IMMUTABLE: may set or clear immutable and append-only
 	gids   []uint32 // fsgid and supplementary groups
 }
 
-// capFsetid is CAP_FSETID's bit in /proc/PID/status CapEff.
-const capFsetid = 1 << 4
+// Capability bits in /proc/PID/status CapEff.
+const (
+	capFsetid         = 1 << 4
+	capLinuxImmutable = 1 << 9
+)
 
 // cred reads the caller's capabilities and groups from /proc/TID/status;
 // nothing is cached, as a thread's credentials change at any time. The
@@ -222,7 +226,7 @@ const capFsetid = 1 << 4
 // thread that is gone gets no privilege, only the request's group.
 func (c Caller) cred() cred {
 	if c.TID == 0 {
-		return cred{fsetid: true}
+		return cred{fsetid: true, immut: true}
 	}
 	cr := cred{gids: []uint32{c.GID}}
 	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(c.TID), 10) + "/status")
@@ -232,6 +236,7 @@ func (c Caller) cred() cred {
 	if v, ok := statusField(b, "CapEff:"); ok {
 		if x, err := strconv.ParseUint(v, 16, 64); err == nil {
 			cr.fsetid = x&capFsetid != 0
+			cr.immut = x&capLinuxImmutable != 0
 		}
 	}
 	if v, ok := statusField(b, "Groups:"); ok {

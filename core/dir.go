@@ -247,6 +247,9 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	if _, _, ok := fs.lookupLocked(dir, name); ok {
 		return nil, ErrExist
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return nil, err
+	}
 	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
@@ -390,6 +393,12 @@ func (fs *FS) remove(dir *Inode, name string, wantDir bool) error {
 	if wantDir && len(child.dir.names) > 0 {
 		return ErrNotEmpty
 	}
+	if err := dir.checkRemoveLocked(); err != nil {
+		return err
+	}
+	if err := child.checkRemoveLocked(); err != nil {
+		return err
+	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := dir.d
@@ -439,6 +448,12 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	if target.d.Nlink >= 65000 {
 		return ErrLoop
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return err
+	}
+	if err := target.checkRemoveLocked(); err != nil {
+		return err // vfs_link: no new names for immutable or append-only files
+	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := dir.d
@@ -478,6 +493,9 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	if dir.d.Nlink == 0 {
 		return nil, ErrNotFound
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return nil, err
+	}
 	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
@@ -507,6 +525,7 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 const (
 	RenameNoReplace = 1
 	RenameExchange  = 2
+	RenameWhiteout  = 4 // leave a whiteout (a 0:0 character device) at the source name
 )
 
 // isAncestorLocked reports whether a is d or an ancestor of d.
@@ -528,7 +547,14 @@ func (fs *FS) isAncestor(a, d *Inode) bool {
 
 // Rename moves src/name to dst/newName, replacing a target atomically.
 func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags uint32) error {
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+	return fs.RenameAs(Caller{}, src, name, dst, newName, flags)
+}
+
+// RenameAs is Rename on behalf of a caller, who owns the whiteout that
+// RenameWhiteout leaves (as overlayfs asks of its upper layer): made in
+// the rename's transaction, so no crash shows the name missing.
+func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName string, flags uint32) error {
+	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 || flags&RenameExchange != 0 && flags != RenameExchange {
 		return ErrInvalid
 	}
 	if err := checkName(newName); err != nil {
@@ -582,6 +608,21 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 	if exists && target == mover {
 		return nil // two links to one file: nothing to do
 	}
+	// may_delete for the names that go (or change), may_create for a new one.
+	for _, in := range []*Inode{src, mover} {
+		if err := in.checkRemoveLocked(); err != nil {
+			return err
+		}
+	}
+	if exists {
+		for _, in := range []*Inode{dst, target} {
+			if err := in.checkRemoveLocked(); err != nil {
+				return err
+			}
+		}
+	} else if err := dst.checkChangeLocked(); err != nil {
+		return err
+	}
 	if exists && flags&RenameExchange == 0 {
 		switch {
 		case mover.IsDir() && !target.IsDir():
@@ -606,6 +647,7 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 	md := mover.d
 	md.Ctime = now
 	var nsubSrc, nsubDst int
+	var wo *Inode // the whiteout RenameWhiteout leaves
 	if flags&RenameExchange != 0 {
 		c.replaceEntryLocked(src, name, target.Ino, te.typ)
 		c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
@@ -644,7 +686,15 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 			c.abort()
 			return err
 		}
-		c.removeEntryLocked(src, name)
+		if flags&RenameWhiteout != 0 {
+			var err error
+			if wo, err = fs.stageWhiteoutLocked(c, src, name, cl); err != nil {
+				c.abort()
+				return err
+			}
+		} else {
+			c.removeEntryLocked(src, name)
+		}
 		if mover.IsDir() && src != dst {
 			sd.Nlink--
 			dd.Nlink++
@@ -661,11 +711,40 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 		c.putInode(dst, dstD)
 	}
 	if err := c.commit(); err != nil {
+		if wo != nil {
+			fs.putBackIno(wo.Ino)
+		}
 		return err
+	}
+	if wo != nil {
+		fs.imu.Lock()
+		fs.inodes[wo.Ino] = wo
+		fs.imu.Unlock()
 	}
 	src.dir.nsub = uint32(int(src.dir.nsub) + nsubSrc)
 	dst.dir.nsub = uint32(int(dst.dir.nsub) + nsubDst)
 	return nil
+}
+
+// stageWhiteoutLocked stages a whiteout, a character device 0:0 with
+// mode 0 owned by cl, in place of dir's entry name (the kernel's
+// WHITEOUT_MODE and WHITEOUT_DEV), and returns its inode, to be published
+// once the change commits (or its number put back if it does not).
+func (fs *FS) stageWhiteoutLocked(c *change, dir *Inode, name string, cl Caller) (*Inode, error) {
+	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: cl.UID, GID: cl.GID})
+	if err != nil {
+		return nil, err
+	}
+	wo := &Inode{fs: fs, Ino: ino, typ: format.ModeChr}
+	if acl != nil {
+		if err := c.stageXattrsLocked(wo, &d, acl); err != nil {
+			fs.putBackIno(ino)
+			return nil, err
+		}
+	}
+	c.replaceEntryLocked(dir, name, ino, format.DTOf(format.ModeChr))
+	c.putInode(wo, d)
+	return wo, nil
 }
 
 // DirEntry is one entry returned by ReadDir.

@@ -76,6 +76,7 @@ var (
 	_ = (gofs.NodeGetattrer)((*node)(nil))
 	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeIoctler)((*node)(nil)) // file attributes (attrflags.go)
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
@@ -281,6 +282,11 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
 	}
+	// utimes(2) with no times (each time set is "now"): the caller needs
+	// write access, not ownership, and an append-only file allows it.
+	atime, mtime := in.Valid&fuse.FATTR_ATIME != 0, in.Valid&fuse.FATTR_MTIME != 0
+	sa.TimesNow = (atime || mtime) && (!atime || in.Valid&fuse.FATTR_ATIME_NOW != 0) &&
+		(!mtime || in.Valid&fuse.FATTR_MTIME_NOW != 0)
 	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
 		return n.fail("setattr", err)
 	}
@@ -392,7 +398,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if !ok {
 		return syscall.EXDEV
 	}
-	return n.fail("rename", n.p.Rename(n.in, name, np.in, newName, flags))
+	return n.fail("rename", n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags))
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
