@@ -384,6 +384,13 @@ func (fs *FS) remove(dir *Inode, name string, wantDir bool) error {
 	}
 	child.mu.Lock()
 	defer child.mu.Unlock()
+	// may_delete's order: these before the kind of file and emptiness.
+	if err := dir.checkRemoveLocked(); err != nil {
+		return err
+	}
+	if err := child.checkRemoveLocked(); err != nil {
+		return err
+	}
 	if wantDir && !child.IsDir() {
 		return ErrNotDir
 	}
@@ -392,12 +399,6 @@ func (fs *FS) remove(dir *Inode, name string, wantDir bool) error {
 	}
 	if wantDir && len(child.dir.names) > 0 {
 		return ErrNotEmpty
-	}
-	if err := dir.checkRemoveLocked(); err != nil {
-		return err
-	}
-	if err := child.checkRemoveLocked(); err != nil {
-		return err
 	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
@@ -731,7 +732,8 @@ func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName s
 // WHITEOUT_MODE and WHITEOUT_DEV), and returns its inode, to be published
 // once the change commits (or its number put back if it does not).
 func (fs *FS) stageWhiteoutLocked(c *change, dir *Inode, name string, cl Caller) (*Inode, error) {
-	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: cl.UID, GID: cl.GID})
+	uid, gid := cl.fsIDs() // a rename request may carry no ids (NoID)
+	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: uid, GID: gid})
 	if err != nil {
 		return nil, err
 	}

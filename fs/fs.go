@@ -160,6 +160,13 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			DisableXAttrs: false,
 			// POSIX ACLs, checked by the kernel.
 			EnableAcl: true,
+			// ID-mapped mounts (mount_setattr MOUNT_ATTR_IDMAP) where the
+			// kernel allows them: permissions are the kernel's
+			// (default_permissions), and a request that creates an inode
+			// carries the mapped ids. Any other request then carries no
+			// ids (core.NoID); core reads the caller's from /proc where
+			// it needs them.
+			IDMappedMount: true,
 		},
 		EntryTimeout:    &sec,
 		AttrTimeout:     &sec,
