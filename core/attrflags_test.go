@@ -141,14 +141,7 @@ func TestSetFileFlagsNeedsCapability(t *testing.T) {
 	fs, _ := openTestPool(t)
 	defer fs.Close()
 	f := mustCreate(t, fs, "f", nil)
-	// A thread with no capabilities: a process run as nobody.
-	cmd := exec.Command("sleep", "30")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if err := cmd.Start(); err != nil {
-		t.Skipf("start a process as nobody: %v", err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	nobody := Caller{TID: uint32(cmd.Process.Pid), UID: 65534, GID: 65534}
+	nobody := Caller{TID: startNobody(t), UID: 65534, GID: 65534}
 	if err := fs.SetFileFlags(nobody, f, format.InodeImmutable); !errors.Is(err, ErrFlagPerm) {
 		t.Errorf("immutable set without CAP_LINUX_IMMUTABLE: %v, want ErrFlagPerm", err)
 	}
@@ -239,4 +232,36 @@ func TestRenameWhiteout(t *testing.T) {
 	}
 	defer fs2.Close()
 	check(fs2, "after a crash")
+}
+
+// startNobody starts a process as uid and gid 65534, with no
+// capabilities, for the test's lifetime, and returns its pid.
+func startNobody(t *testing.T) uint32 {
+	t.Helper()
+	if syscall.Geteuid() != 0 {
+		t.Skip("needs root to start a process as nobody")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("start a process as nobody: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return uint32(cmd.Process.Pid)
+}
+
+// TestCallerWithoutIDs: a request without ids (NoID, as the kernel sends
+// most requests once ID-mapped mounts are allowed) takes the thread's
+// fsuid and fsgid from /proc where they matter.
+func TestCallerWithoutIDs(t *testing.T) {
+	c := Caller{TID: startNobody(t), UID: NoID, GID: NoID}
+	if uid, gid := c.fsIDs(); uid != 65534 || gid != 65534 {
+		t.Errorf("fsIDs %d:%d, want 65534:65534", uid, gid)
+	}
+	if cr := c.cred(); !cr.inGroup(65534) || cr.inGroup(NoID) || cr.fsetid {
+		t.Errorf("cred %+v: want the thread's fsgid 65534 and no CAP_FSETID", cr)
+	}
+	if uid, gid := (Caller{UID: 7, GID: 8}).fsIDs(); uid != 7 || gid != 8 {
+		t.Errorf("ids from the request: %d:%d, want 7:8", uid, gid)
+	}
 }
