@@ -99,7 +99,8 @@ type FS struct {
 	tier       []format.TierDevice // registered devices; DevID k is tier[k-1]
 	tableFreed TableFreed          // see SetTableFreed
 
-	freed   broadcaster // signalled after each inode is freed (see RetryNoSpace)
+	freed   broadcaster  // signalled after each inode is freed (see RetryNoSpace)
+	freeing atomic.Int32 // freeInode calls in progress (see WaitForgets)
 	closed  atomic.Bool
 	stamped bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.

@@ -409,6 +409,9 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// A file unlinked just before is freed by the FORGET the kernel sends
+	// after the unlink; `rm f; df` must see its space (core.WaitForgets).
+	n.p.WaitForgets()
 	s := n.p.Statfs()
 	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Free, s.Free
 	out.Files, out.Ffree = s.Files, s.FFree

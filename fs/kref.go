@@ -2,9 +2,7 @@ package fs
 
 import (
 	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -36,8 +34,6 @@ type krefFS struct {
 
 	mu    sync.Mutex
 	nodes map[uint64]*kref // node ID -> its inode and lookup count
-
-	forgetting atomic.Int32 // FORGETs being served (see StatFs)
 }
 
 type kref struct {
@@ -92,8 +88,6 @@ func (k *krefFS) ref(out *fuse.EntryOut) {
 }
 
 func (k *krefFS) Forget(nodeid, nlookup uint64) {
-	k.forgetting.Add(1)
-	defer k.forgetting.Add(-1)
 	k.RawFileSystem.Forget(nodeid, nlookup)
 	k.mu.Lock()
 	r := k.nodes[nodeid]
@@ -112,21 +106,6 @@ func (k *krefFS) Forget(nodeid, nlookup uint64) {
 				zap.Uint64("ino", uint64(last.Ino)), zap.Error(err))
 		}
 	}
-}
-
-// StatFs answers once the FORGETs being served are done (waiting at most
-// a second): an unlinked file's blocks are freed when the kernel forgets
-// its inode, which the kernel says right after the unlink, but another
-// server goroutine may read a later STATFS before that FORGET is served.
-// So `rm f; df` shows the space free, as on a local file system.
-func (k *krefFS) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	// A FORGET read just before this request may not have reached Forget
-	// yet: give its goroutine a moment to start.
-	time.Sleep(2 * time.Millisecond)
-	for deadline := time.Now().Add(time.Second); k.forgetting.Load() > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	return k.RawFileSystem.StatFs(cancel, header, out)
 }
 
 func (k *krefFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
