@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/dnnfs/dnnfs/format"
@@ -57,6 +58,40 @@ type Caller struct {
 	TID      uint32
 	UID, GID uint32
 	NoAtime  bool // the file was opened O_NOATIME: reads leave atime alone
+}
+
+// NoID is the uid and gid of a request that carries none: with ID-mapped
+// mounts allowed, the kernel's FUSE client sends ids only with requests
+// that create an inode (FUSE_INVALID_UIDGID).
+const NoID = ^uint32(0)
+
+// fsIDs returns the caller's file-system uid and gid: the request's, or
+// if it has none (NoID) the thread's own from /proc/TID/status.
+func (c Caller) fsIDs() (uid, gid uint32) {
+	if c.UID != NoID && c.GID != NoID || c.TID == 0 {
+		return c.UID, c.GID
+	}
+	uid, gid = c.UID, c.GID
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(c.TID), 10) + "/status")
+	if err != nil {
+		return uid, gid
+	}
+	// "Uid:\treal\teffective\tsaved\tfs"
+	if v, ok := statusField(b, "Uid:"); ok && uid == NoID {
+		if f := strings.Fields(v); len(f) == 4 {
+			if x, err := strconv.ParseUint(f[3], 10, 32); err == nil {
+				uid = uint32(x)
+			}
+		}
+	}
+	if v, ok := statusField(b, "Gid:"); ok && gid == NoID {
+		if f := strings.Fields(v); len(f) == 4 {
+			if x, err := strconv.ParseUint(f[3], 10, 32); err == nil {
+				gid = uint32(x)
+			}
+		}
+	}
+	return uid, gid
 }
 
 func (c Caller) ctx() context.Context {
@@ -209,11 +244,15 @@ const (
 // cred is what the kernel's setuid/setgid rules ask about a caller.
 type cred struct {
 	fsetid bool     // CAP_FSETID in the effective set (or no process: see Caller)
+	immut  bool     // CAP_LINUX_IMMUTABLE: may set or clear immutable and append-only
 	gids   []uint32 // fsgid and supplementary groups
 }
 
-// capFsetid is CAP_FSETID's bit in /proc/PID/status CapEff.
-const capFsetid = 1 << 4
+// Capability bits in /proc/PID/status CapEff.
+const (
+	capFsetid         = 1 << 4
+	capLinuxImmutable = 1 << 9
+)
 
 // cred reads the caller's capabilities and groups from /proc/TID/status;
 // nothing is cached, as a thread's credentials change at any time. The
@@ -222,7 +261,7 @@ const capFsetid = 1 << 4
 // thread that is gone gets no privilege, only the request's group.
 func (c Caller) cred() cred {
 	if c.TID == 0 {
-		return cred{fsetid: true}
+		return cred{fsetid: true, immut: true}
 	}
 	cr := cred{gids: []uint32{c.GID}}
 	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(c.TID), 10) + "/status")
@@ -232,6 +271,15 @@ func (c Caller) cred() cred {
 	if v, ok := statusField(b, "CapEff:"); ok {
 		if x, err := strconv.ParseUint(v, 16, 64); err == nil {
 			cr.fsetid = x&capFsetid != 0
+			cr.immut = x&capLinuxImmutable != 0
+		}
+	}
+	if v, ok := statusField(b, "Gid:"); ok && c.GID == NoID {
+		// A request with no ids (NoID): the thread's fsgid instead.
+		if f := strings.Fields(v); len(f) == 4 {
+			if g, err := strconv.ParseUint(f[3], 10, 32); err == nil {
+				cr.gids[0] = uint32(g)
+			}
 		}
 	}
 	if v, ok := statusField(b, "Groups:"); ok {

@@ -216,6 +216,9 @@ func (fs *FS) SetACL(in *Inode, name string, value []byte, killSGID bool) error 
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if err := in.checkRemoveLocked(); err != nil {
+		return err
+	}
 	nd := in.d
 	stored := slices.Clone(value)
 	if name == XattrACLAccess {

@@ -67,7 +67,7 @@ func (m AtimeMode) needsAtime(d *format.Inode, now int64) bool {
 // (timesDirty) until the next transaction of the inode, fsync or
 // unmount: a read never commits to the journal.
 func (fs *FS) touchAtimeLocked(in *Inode) {
-	if fs.atime == AtimeNever {
+	if fs.atime == AtimeNever || in.d.Flags&format.InodeNoAtime != 0 {
 		return
 	}
 	now := time.Now().UnixNano()

@@ -220,6 +220,9 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 	if _, _, ok := fs.lookupLocked(dir, name); ok {
 		return nil, ErrExist
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return nil, err
+	}
 	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
@@ -354,6 +357,13 @@ func (fs *FS) remove(dir *Inode, name string, wantDir bool) error {
 	}
 	child.mu.Lock()
 	defer child.mu.Unlock()
+	// may_delete's order: these before the kind of file and emptiness.
+	if err := dir.checkRemoveLocked(); err != nil {
+		return err
+	}
+	if err := child.checkRemoveLocked(); err != nil {
+		return err
+	}
 	if wantDir && !child.IsDir() {
 		return ErrNotDir
 	}
@@ -412,6 +422,12 @@ func (fs *FS) Link(target, dir *Inode, name string) error {
 	if target.d.Nlink >= 65000 {
 		return ErrLoop
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return err
+	}
+	if err := target.checkRemoveLocked(); err != nil {
+		return err // vfs_link: no new names for immutable or append-only files
+	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := dir.d
@@ -451,6 +467,9 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	if dir.d.Nlink == 0 {
 		return nil, ErrNotFound
 	}
+	if err := dir.checkChangeLocked(); err != nil {
+		return nil, err
+	}
 	ino, d, acl, err := fs.newInodeLocked(dir, ni)
 	if err != nil {
 		return nil, err
@@ -480,6 +499,7 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 const (
 	RenameNoReplace = 1
 	RenameExchange  = 2
+	RenameWhiteout  = 4 // leave a whiteout (a 0:0 character device) at the source name
 )
 
 // isAncestorLocked reports whether a is d or an ancestor of d.
@@ -501,7 +521,14 @@ func (fs *FS) isAncestor(a, d *Inode) bool {
 
 // Rename moves src/name to dst/newName, replacing a target atomically.
 func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags uint32) error {
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+	return fs.RenameAs(Caller{}, src, name, dst, newName, flags)
+}
+
+// RenameAs is Rename on behalf of a caller, who owns the whiteout that
+// RenameWhiteout leaves (as overlayfs asks of its upper layer): made in
+// the rename's transaction, so no crash shows the name missing.
+func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName string, flags uint32) error {
+	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 || flags&RenameExchange != 0 && flags != RenameExchange {
 		return ErrInvalid
 	}
 	if err := checkName(newName); err != nil {
@@ -555,6 +582,21 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 	if exists && target == mover {
 		return nil // two links to one file: nothing to do
 	}
+	// may_delete for the names that go (or change), may_create for a new one.
+	for _, in := range []*Inode{src, mover} {
+		if err := in.checkRemoveLocked(); err != nil {
+			return err
+		}
+	}
+	if exists {
+		for _, in := range []*Inode{dst, target} {
+			if err := in.checkRemoveLocked(); err != nil {
+				return err
+			}
+		}
+	} else if err := dst.checkChangeLocked(); err != nil {
+		return err
+	}
 	if exists && flags&RenameExchange == 0 {
 		switch {
 		case mover.IsDir() && !target.IsDir():
@@ -579,6 +621,7 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 	md := mover.d
 	md.Ctime = now
 	var nsubSrc, nsubDst int
+	var wo *Inode // the whiteout RenameWhiteout leaves
 	if flags&RenameExchange != 0 {
 		c.replaceEntryLocked(src, name, target.Ino, te.typ)
 		c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
@@ -617,7 +660,15 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 			c.abort()
 			return err
 		}
-		c.removeEntryLocked(src, name)
+		if flags&RenameWhiteout != 0 {
+			var err error
+			if wo, err = fs.stageWhiteoutLocked(c, src, name, cl); err != nil {
+				c.abort()
+				return err
+			}
+		} else {
+			c.removeEntryLocked(src, name)
+		}
 		if mover.IsDir() && src != dst {
 			sd.Nlink--
 			dd.Nlink++
@@ -634,11 +685,41 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 		c.putInode(dst, dstD)
 	}
 	if err := c.commit(); err != nil {
+		if wo != nil {
+			fs.putBackIno(wo.Ino)
+		}
 		return err
+	}
+	if wo != nil {
+		fs.imu.Lock()
+		fs.inodes[wo.Ino] = wo
+		fs.imu.Unlock()
 	}
 	src.dir.nsub = uint32(int(src.dir.nsub) + nsubSrc)
 	dst.dir.nsub = uint32(int(dst.dir.nsub) + nsubDst)
 	return nil
+}
+
+// stageWhiteoutLocked stages a whiteout, a character device 0:0 with
+// mode 0 owned by cl, in place of dir's entry name (the kernel's
+// WHITEOUT_MODE and WHITEOUT_DEV), and returns its inode, to be published
+// once the change commits (or its number put back if it does not).
+func (fs *FS) stageWhiteoutLocked(c *change, dir *Inode, name string, cl Caller) (*Inode, error) {
+	uid, gid := cl.fsIDs() // a rename request may carry no ids (NoID)
+	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: uid, GID: gid})
+	if err != nil {
+		return nil, err
+	}
+	wo := &Inode{fs: fs, Ino: ino, typ: format.ModeChr}
+	if acl != nil {
+		if err := c.stageXattrsLocked(wo, &d, acl); err != nil {
+			fs.putBackIno(ino)
+			return nil, err
+		}
+	}
+	c.replaceEntryLocked(dir, name, ino, format.DTOf(format.ModeChr))
+	c.putInode(wo, d)
+	return wo, nil
 }
 
 // DirEntry is one entry returned by ReadDir.

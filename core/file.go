@@ -215,7 +215,14 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		in.mu.Lock()
 		size := int64(in.d.Size)
 		privs = in.d.Mode&(modeSUID|modeSGID) != 0
+		ferr := in.checkChangeLocked()
+		if ferr == nil && in.d.Flags&format.InodeAppend != 0 && !appendMode && off < size {
+			ferr = ErrAppendOnly // only appends (the open asked for O_APPEND)
+		}
 		in.mu.Unlock()
+		if ferr != nil {
+			return 0, false, ferr
+		}
 		whole := appendMode || off+int64(len(data)) > size
 		var err error
 		if l, err = fs.lockData(cl, in, off, int64(len(data)), lock.Exclusive, whole); err != nil {
@@ -466,6 +473,9 @@ func (fs *FS) truncate(in *Inode, size uint64, apply func(nd *format.Inode)) err
 	defer in.locks.Release(l)
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if err := in.checkRemoveLocked(); err != nil {
+		return err
+	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := in.d
@@ -548,6 +558,13 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 	defer in.locks.Release(l)
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// An append-only file may only be given blocks, as vfs_fallocate says.
+	if err := in.checkChangeLocked(); err != nil {
+		return err
+	}
+	if mode&^FallocKeepSize != 0 && in.d.Flags&format.InodeAppend != 0 {
+		return ErrAppendOnly
+	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
 	nd := in.d
@@ -656,6 +673,7 @@ type SetAttr struct {
 	Mode         *uint32 // permission bits only
 	UID, GID     *uint32
 	Atime, Mtime *time.Time
+	TimesNow     bool // the times set are the current time (utimes(2) with no times), not chosen by the caller
 	Size         *uint64
 }
 
@@ -720,6 +738,16 @@ func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// notify_change's rules: touching the times only needs the file not
+	// to be immutable; a mode, owner or chosen time not append-only either.
+	times := sa.Atime != nil || sa.Mtime != nil
+	if sa.Mode != nil || chown || times && !sa.TimesNow {
+		if err := in.checkRemoveLocked(); err != nil {
+			return err
+		}
+	} else if err := in.checkChangeLocked(); err != nil {
+		return err
+	}
 	nd := in.d
 	apply(&nd)
 	if sa.Mode != nil {

@@ -419,6 +419,8 @@ func (fs *FS) putBackIno(ino Ino) {
 // freeInode clears an inode's slot; its blocks return to the allocator.
 // The caller holds no lock of in.
 func (fs *FS) freeInode(in *Inode) error {
+	fs.freeing.Add(1) // WaitForgets waits until the blocks are back
+	defer fs.freeing.Add(-1)
 	l, _ := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
 	defer in.locks.Release(l)
 	in.mu.Lock()

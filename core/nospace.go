@@ -71,6 +71,52 @@ func (fs *FS) RetryNoSpace(op func() error) error {
 	}
 }
 
+// forgetWait bounds how long WaitForgets waits. A file unlinked longer
+// ago than forgetRecent is not waited for: what keeps it is an open
+// descriptor or a cached handle, not a RELEASE or FORGET on its way.
+const (
+	forgetWait   = 250 * time.Millisecond
+	forgetRecent = time.Second
+)
+
+// WaitForgets returns once no file unlinked in the last second is still
+// in use, or after forgetWait. The kernel sends the RELEASE of a closed
+// file and the FORGET that frees an unlinked one asynchronously, after
+// close(2) and unlink(2) have returned, and another server goroutine may
+// serve a following statfs(2) first; Statfs waits here so that `rm f; df`
+// shows the space free, as on a local file system. A file still open
+// delays that statfs by forgetWait, once.
+func (fs *FS) WaitForgets() {
+	deadline := time.Now().Add(forgetWait)
+	for {
+		wake := fs.freed.wait()
+		if fs.freeing.Load() == 0 && !fs.forgetPending() {
+			return
+		}
+		select {
+		case <-wake:
+		case <-time.After(time.Until(deadline)):
+			return
+		}
+	}
+}
+
+// forgetPending reports whether a recently unlinked inode is still in the
+// table: in use, or about to be freed (freeIfUnused decided, freeInode
+// not yet counted in fs.freeing).
+func (fs *FS) forgetPending() bool {
+	recent := time.Now().Add(-forgetRecent).UnixNano()
+	for _, in := range fs.Inodes() {
+		in.mu.Lock()
+		pending := in.d.Nlink == 0 && in.d.Ctime >= recent
+		in.mu.Unlock()
+		if pending {
+			return true
+		}
+	}
+	return false
+}
+
 // hasOrphans reports whether an unlinked inode is still in use.
 func (fs *FS) hasOrphans() bool {
 	fs.imu.Lock()

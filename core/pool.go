@@ -77,7 +77,8 @@ type FS struct {
 	tierMu   sync.Mutex // leaf: the SSD-tier registry block (UpdateRegistry)
 	extFreed ExtFreed   // see SetExtFreed
 
-	freed   broadcaster // signalled after each inode is freed (see RetryNoSpace)
+	freed   broadcaster  // signalled after each inode is freed (see RetryNoSpace)
+	freeing atomic.Int32 // freeInode calls in progress (see WaitForgets)
 	closed  atomic.Bool
 	stamped bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.

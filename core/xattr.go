@@ -55,6 +55,9 @@ func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if err := in.checkRemoveLocked(); err != nil {
+		return err // xattr_permission: no attribute changes on immutable or append-only files
+	}
 	i := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == name })
 	switch {
 	case i >= 0 && flags&XattrCreate != 0:
@@ -83,6 +86,9 @@ func (fs *FS) Setxattr(in *Inode, name string, value []byte, flags uint32) error
 func (fs *FS) Removexattr(in *Inode, name string) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if err := in.checkRemoveLocked(); err != nil {
+		return err
+	}
 	i := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == name })
 	if i < 0 {
 		return ErrNoAttr

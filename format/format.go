@@ -261,7 +261,7 @@ const (
 	INUID         = 8   // u32
 	INGID         = 12  // u32
 	INNlink       = 16  // u32
-	INFlags       = 20  // u32 InodeOrphan
+	INFlags       = 20  // u32 InodeOrphan, InodeTable, the chattr attributes
 	INSize        = 24  // u64 bytes
 	INGen         = 32  // u64 generation
 	INAtime       = 40  // i64 ns
@@ -286,8 +286,18 @@ const (
 	// InodeTable: an embedding table; its bytes live on the SSD tier and
 	// INTable names its descriptor (it maps no pool data blocks).
 	InodeTable uint32 = 1 << 1
+	// The file attributes chattr(1) sets (FS_IOC_SETFLAGS): immutable (no
+	// change to data, attributes or names), append-only (data only added
+	// at the end, no removal or rename), not for dump(8), and no access
+	// time updates.
+	InodeImmutable uint32 = 1 << 2
+	InodeAppend    uint32 = 1 << 3
+	InodeNoDump    uint32 = 1 << 4
+	InodeNoAtime   uint32 = 1 << 5
+	// InodeAttrFlags are the chattr attributes.
+	InodeAttrFlags = InodeImmutable | InodeAppend | InodeNoDump | InodeNoAtime
 	// InodeFlagsKnown are all the flags a valid inode may carry.
-	InodeFlagsKnown = InodeOrphan | InodeTable
+	InodeFlagsKnown = InodeOrphan | InodeTable | InodeAttrFlags
 )
 
 // File types as stored in INMode (same values as Linux S_IFMT).

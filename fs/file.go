@@ -31,6 +31,10 @@ func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if err := n.p.CheckOpen(n.in, write, flags&syscall.O_APPEND != 0, flags&syscall.O_TRUNC != 0); err != nil {
+		return nil, 0, n.fail("open", err)
+	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := n.p.Truncate(n.in, 0); err != nil {
 			return nil, 0, n.fail("open(O_TRUNC)", err)

@@ -73,6 +73,7 @@ var (
 	_ = (gofs.NodeGetattrer)((*node)(nil))
 	_ = (gofs.NodeStatxer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeIoctler)((*node)(nil)) // file attributes (attrflags.go)
 	_ = (gofs.NodeStatfser)((*node)(nil))
 	_ = (gofs.NodeGetxattrer)((*node)(nil))
 	_ = (gofs.NodeSetxattrer)((*node)(nil))
@@ -156,6 +157,13 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 			DisableXAttrs: false,
 			// POSIX ACLs, checked by the kernel.
 			EnableAcl: true,
+			// ID-mapped mounts (mount_setattr MOUNT_ATTR_IDMAP) where the
+			// kernel allows them: permissions are the kernel's
+			// (default_permissions), and a request that creates an inode
+			// carries the mapped ids. Any other request then carries no
+			// ids (core.NoID); core reads the caller's from /proc where
+			// it needs them.
+			IDMappedMount: true,
 		},
 		EntryTimeout:    &sec,
 		AttrTimeout:     &sec,
@@ -278,6 +286,11 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
 	}
+	// utimes(2) with no times (each time set is "now"): the caller needs
+	// write access, not ownership, and an append-only file allows it.
+	atime, mtime := in.Valid&fuse.FATTR_ATIME != 0, in.Valid&fuse.FATTR_MTIME != 0
+	sa.TimesNow = (atime || mtime) && (!atime || in.Valid&fuse.FATTR_ATIME_NOW != 0) &&
+		(!mtime || in.Valid&fuse.FATTR_MTIME_NOW != 0)
 	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
 		return n.fail("setattr", err)
 	}
@@ -389,10 +402,13 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if !ok {
 		return syscall.EXDEV
 	}
-	return n.fail("rename", n.p.Rename(n.in, name, np.in, newName, flags))
+	return n.fail("rename", n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags))
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// A file unlinked just before is freed by the FORGET the kernel sends
+	// after the unlink; `rm f; df` must see its space (core.WaitForgets).
+	n.p.WaitForgets()
 	s := n.p.Statfs()
 	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Free, s.Free
 	out.Files, out.Ffree = s.Files, s.FFree

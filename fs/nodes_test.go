@@ -55,7 +55,7 @@ var nodeInterfaces = []reflect.Type{
 // it has; this says what it must not have, e.g. a directory no Read).
 func TestNodeInterfaces(t *testing.T) {
 	common := []string{"NodeGetattrer", "NodeStatxer", "NodeSetattrer", "NodeStatfser",
-		"NodeGetxattrer", "NodeSetxattrer", "NodeListxattrer", "NodeRemovexattrer"}
+		"NodeGetxattrer", "NodeSetxattrer", "NodeListxattrer", "NodeRemovexattrer", "NodeIoctler"}
 	with := func(extra ...string) []string { return append(append([]string(nil), common...), extra...) }
 	for _, tc := range []struct {
 		node any

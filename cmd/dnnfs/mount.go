@@ -72,6 +72,8 @@ func runMount(args []string) error {
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fl.String("log-format", "console", "log format: console or json")
 	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
+	nodev := fl.Bool("nodev", false, "do not open character or block devices on the mount (a mount by a user other than root never does)")
+	nosuid := fl.Bool("nosuid", false, "ignore set-user-ID and set-group-ID bits on the mount (a mount by a user other than root always does)")
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
@@ -231,6 +233,8 @@ func runMount(args []string) error {
 	}
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
+	} else {
+		opts.Options = append(opts.Options, deviceOptions(*nodev, *nosuid)...)
 	}
 	// Signals are caught before the mount appears: a SIGTERM in between
 	// would otherwise kill the daemon and leave a dead mount behind.
@@ -296,6 +300,21 @@ func runMount(args []string) error {
 	}
 	log.Info("unmounted cleanly", zap.String("pool", *poolPath), zap.String("mountpoint", mnt))
 	return nil
+}
+
+// deviceOptions are the mount options of a mount by root: device nodes
+// and setuid bits work, as on ext4 or tmpfs mounted by root (go-fuse's
+// default is nodev,nosuid), unless the administrator asks otherwise.
+// fusermount3 makes every other user's mount nodev,nosuid.
+func deviceOptions(nodev, nosuid bool) []string {
+	o := []string{"dev", "suid"}
+	if nodev {
+		o[0] = "nodev"
+	}
+	if nosuid {
+		o[1] = "nosuid"
+	}
+	return o
 }
 
 func unwrapPathErr(err error) error {

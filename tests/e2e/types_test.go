@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nodevTmpfs mounts a private tmpfs with nodev,nosuid: the flags a dnnfs
-// mount has (go-fuse's default), so device nodes on it behave alike.
+// nodevTmpfs mounts a private tmpfs with nodev,nosuid: the flags of a
+// dnnfs mount with --nodev --nosuid, so device nodes on it behave alike.
 func nodevTmpfs(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tmpfs-nodev")
@@ -114,10 +114,11 @@ func readSpecials(t *testing.T, dir string) []specialNode {
 // tmpfs: same stat (type, permissions, rdev, size, links), same readdir
 // types, they rename, link and unlink, survive a remount, and a FIFO and a
 // socket carry data between processes. Device nodes cannot be opened on a
-// nodev mount (EACCES from the kernel, as on a nodev tmpfs).
+// nodev mount (EACCES from the kernel, as on a nodev tmpfs; a mount by
+// root without --nodev opens them: TestDeviceNodesOpen).
 func TestSpecialFiles(t *testing.T) {
 	t.Parallel()
-	fs := newFS(t, "64m")
+	fs := newFS(t, "64m", "--nodev", "--nosuid")
 	ref := nodevTmpfs(t)
 	d := fs.Path("dev")
 	must(t, os.Mkdir(d, 0o755))

@@ -1,0 +1,106 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dnnfs/dnnfs/format"
+)
+
+// File attributes, as chattr(1) sets them (FS_IOC_SETFLAGS): the
+// format.InodeAttrFlags bits of the inode's flags. The kernel enforces
+// immutable and append-only itself only for the inode flags of a local
+// file system; a FUSE inode has none, so the checks the VFS makes for
+// ext4 or tmpfs are made here, where each operation reaches the pool.
+
+var (
+	// ErrImmutable: a change to an immutable file's data, attributes,
+	// extended attributes or names (or to the entries of an immutable
+	// directory).
+	ErrImmutable = fmt.Errorf("%w: the file is immutable", ErrPerm)
+	// ErrAppendOnly: an append-only file written other than at its end,
+	// truncated, removed or renamed (or an entry of an append-only
+	// directory removed or renamed).
+	ErrAppendOnly = fmt.Errorf("%w: the file is append-only", ErrPerm)
+	// ErrFlagPerm: setting or clearing immutable or append-only without
+	// CAP_LINUX_IMMUTABLE.
+	ErrFlagPerm = fmt.Errorf("%w: changing immutable or append-only needs CAP_LINUX_IMMUTABLE", ErrPerm)
+)
+
+// FileFlags returns in's file attributes (format.InodeAttrFlags bits).
+func (fs *FS) FileFlags(in *Inode) uint32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.d.Flags & format.InodeAttrFlags
+}
+
+// SetFileFlags sets in's file attributes to flags (format.InodeAttrFlags
+// bits; others are ErrNotSupp) and its ctime, in one transaction. Setting
+// or clearing immutable or append-only needs CAP_LINUX_IMMUTABLE, as on a
+// local file system; the kernel has checked ownership.
+func (fs *FS) SetFileFlags(cl Caller, in *Inode, flags uint32) error {
+	if flags&^format.InodeAttrFlags != 0 {
+		return ErrNotSupp
+	}
+	if in.IsTable() && flags != 0 {
+		return fmt.Errorf("%w: file attributes: %w", ErrNotSupp, ErrTable)
+	}
+	const guarded = format.InodeImmutable | format.InodeAppend
+	var cr cred
+	if flags&guarded != 0 || fs.FileFlags(in)&guarded != 0 {
+		cr = cl.cred() // before in.mu: it reads /proc
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	old := in.d.Flags & format.InodeAttrFlags
+	if (old^flags)&guarded != 0 && !cr.immut {
+		return ErrFlagPerm
+	}
+	nd := in.d
+	nd.Flags = nd.Flags&^format.InodeAttrFlags | flags
+	nd.Ctime = time.Now().UnixNano()
+	c := fs.begin()
+	c.putInode(in, nd)
+	return c.commit()
+}
+
+// checkChangeLocked refuses a change to in's data, attributes or names
+// (or, for a directory, its entries) when in is immutable.
+func (in *Inode) checkChangeLocked() error {
+	if in.d.Flags&format.InodeImmutable != 0 {
+		return ErrImmutable
+	}
+	return nil
+}
+
+// checkRemoveLocked refuses what neither an immutable nor an append-only
+// inode allows: removing or renaming it (or, for a directory, one of its
+// entries), truncating it, changing its mode, owner or times explicitly,
+// its extended attributes or ACLs.
+func (in *Inode) checkRemoveLocked() error {
+	if err := in.checkChangeLocked(); err != nil {
+		return err
+	}
+	if in.d.Flags&format.InodeAppend != 0 {
+		return ErrAppendOnly
+	}
+	return nil
+}
+
+// CheckOpen refuses an open for writing (or truncating) of an immutable
+// file, and of an append-only one unless it appends and does not
+// truncate, as the VFS does at open on a local file system.
+func (fs *FS) CheckOpen(in *Inode, write, appendMode, trunc bool) error {
+	if !write && !trunc {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err := in.checkChangeLocked(); err != nil {
+		return err
+	}
+	if in.d.Flags&format.InodeAppend != 0 && (trunc || !appendMode) {
+		return ErrAppendOnly
+	}
+	return nil
+}
