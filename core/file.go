@@ -478,6 +478,7 @@ func (fs *FS) truncate(in *Inode, size uint64, apply func(nd *format.Inode)) err
 	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
+	c.freeing = true // may split extents on a full pool
 	nd := in.d
 	nd.Mtime, nd.Ctime = now, now
 	nd.Size = size
@@ -567,6 +568,7 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 	}
 	now := time.Now().UnixNano()
 	c := fs.begin()
+	c.freeing = mode&FallocPunchHole != 0 // a punch may split an extent on a full pool
 	nd := in.d
 	nd.Mode = cr.afterData(nd.Mode, nd.GID)
 	end := off + n

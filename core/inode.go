@@ -122,6 +122,10 @@ type change struct {
 	freed     []format.Extent // returned to the allocator after commit
 	after     []func()        // DRAM updates, applied after commit
 	undo      []func()        // DRAM updates made while staging, reverted (last first) on abort
+	// freeing: the change gives space back (truncate, punch hole) and may
+	// take blocks of the metadata reserve for it (DESIGN.md §Metadata
+	// reserve): splitting an extent on a full pool needs an overflow block.
+	freeing bool
 }
 
 func (fs *FS) begin() *change { return &change{fs: fs, tx: fs.j.Begin()} }
@@ -171,6 +175,9 @@ func (fs *FS) releaseBlocks(b Blk, n uint64) {
 // allocBlocks allocates n blocks near goal, recorded in the change so an
 // abort returns them. Their content is undefined.
 func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
+	if !c.mayTake(n) {
+		return nil, ErrNoSpace
+	}
 	runs := c.fs.alloc.AllocRuns(goal, n)
 	if runs == nil {
 		return nil, ErrNoSpace
@@ -204,9 +211,21 @@ func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero, unwritt
 	return added, nil
 }
 
+// mayTake reports whether the change may take n more blocks: a change
+// that frees space may use the whole pool, any other must leave the
+// metadata reserve free. The check and the allocation are not one atomic
+// step, so concurrent allocations may dip into the reserve by what they
+// take at once; the reserve is there for that.
+func (c *change) mayTake(n uint64) bool {
+	return c.freeing || c.fs.alloc.Free() >= n+c.fs.reserve
+}
+
 // allocMeta allocates one run of n blocks for metadata that will be stored
 // through the mapping (directory, overflow, xattr, symlink blocks).
 func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {
+	if !c.mayTake(n) {
+		return 0, ErrNoSpace
+	}
 	b, ok := c.fs.alloc.AllocContig(goal, n)
 	if !ok {
 		return 0, ErrNoSpace

@@ -65,9 +65,10 @@ type FS struct {
 	freeIno []Ino // free slots, lowest last (popped first)
 	genSeq  uint64
 
-	alloc *alloc.Map           // free blocks, rebuilt at every mount by recovery.Mount; never on media
-	zero  []byte               // read-only zeros served for holes
-	wb    pmem.WritebackErrors // the medium's, or nil
+	alloc   *alloc.Map
+	reserve uint64               // blocks only space-freeing changes may take (DESIGN.md §Metadata reserve)           // free blocks, rebuilt at every mount by recovery.Mount; never on media
+	zero    []byte               // read-only zeros served for holes
+	wb      pmem.WritebackErrors // the medium's, or nil
 
 	lockMode     LockMode
 	atime        AtimeMode
@@ -240,6 +241,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs := &FS{m: m, sb: sb, j: st.Journal, log: log, inodes: map[Ino]*Inode{}, freeIno: st.FreeInos,
 		zero: make([]byte, 1<<20), lockMode: opts.LockMode, tailInterval: opts.TailInterval, atime: opts.Atime}
 	fs.alloc = st.Free
+	fs.reserve = metadataReserve(sb.Blocks - uint64(sb.DataStart))
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}
@@ -357,9 +359,28 @@ func (fs *FS) Log() *zap.Logger { return fs.log }
 // StatFS describes capacity for statfs(2).
 type StatFS struct {
 	Blocks, Free uint64
+	// Avail is the part of Free that writes may take: Free less the
+	// metadata reserve. statfs(2) reports it as f_bavail, as ext4 does
+	// with the blocks it reserves.
+	Avail        uint64
 	Files, FFree uint64
 	BlockSize    uint32
 	NameLen      uint32
+}
+
+// metadataReserve is how many of a pool's data blocks are kept for
+// changes that free space (DESIGN.md §Metadata reserve): 2%, at most
+// 4 MiB, as ext4 keeps reserved clusters for its no-fail metadata.
+func metadataReserve(dataBlocks uint64) uint64 { return min(dataBlocks/50, 1024) }
+
+// available is the free space a write can take: free blocks less the
+// metadata reserve.
+func (fs *FS) available() uint64 {
+	free := fs.alloc.Free()
+	if free < fs.reserve {
+		return 0
+	}
+	return free - fs.reserve
 }
 
 // Statfs reports capacity.
@@ -368,7 +389,7 @@ func (fs *FS) Statfs() StatFS {
 	used := uint64(len(fs.inodes))
 	fs.imu.Unlock()
 	return StatFS{
-		Blocks: fs.sb.Blocks - uint64(fs.sb.DataStart), Free: fs.alloc.Free(),
+		Blocks: fs.sb.Blocks - uint64(fs.sb.DataStart), Free: fs.alloc.Free(), Avail: fs.available(),
 		Files: fs.sb.InodeCount - 1, FFree: fs.sb.InodeCount - 1 - used,
 		BlockSize: format.BlockSize, NameLen: format.MaxNameLen,
 	}

@@ -106,8 +106,8 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 		for _, h := range holes {
 			need += h.Len
 		}
-		if need+uint64(fb+pb) > fs.alloc.Free() {
-			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.alloc.Free())
+		if need+uint64(fb+pb) > fs.available() {
+			return fmt.Errorf("%w: the session needs %d blocks, %d are free", ErrNoSpace, need+uint64(fb+pb), fs.available())
 		}
 		added, err := c.fillHolesLocked(in, holes, true, false)
 		if err != nil {

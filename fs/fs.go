@@ -410,7 +410,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	// after the unlink; `rm f; df` must see its space (core.WaitForgets).
 	n.p.WaitForgets()
 	s := n.p.Statfs()
-	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Free, s.Free
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Free, s.Avail
 	out.Files, out.Ffree = s.Files, s.FFree
 	out.Bsize, out.Frsize = s.BlockSize, s.BlockSize
 	out.NameLen = s.NameLen
