@@ -107,6 +107,9 @@ type Options struct {
 	// is then not written at all until Stamp, so a mount that fails after
 	// Open (SSD tier, FUSE mount) leaves it byte-identical.
 	DeferStamp bool
+	// NoReserve turns the metadata reserve off (DESIGN.md §Metadata
+	// reserve): for tests that fill a pool block by block.
+	NoReserve bool
 }
 
 // MountReport says what Open found and did.
@@ -241,7 +244,9 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs := &FS{m: m, sb: sb, j: st.Journal, log: log, inodes: map[Ino]*Inode{}, freeIno: st.FreeInos,
 		zero: make([]byte, 1<<20), lockMode: opts.LockMode, tailInterval: opts.TailInterval, atime: opts.Atime}
 	fs.alloc = st.Free
-	fs.reserve = metadataReserve(sb.Blocks - uint64(sb.DataStart))
+	if !opts.NoReserve {
+		fs.reserve = metadataReserve(sb.Blocks - uint64(sb.DataStart))
+	}
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}

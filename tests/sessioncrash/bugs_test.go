@@ -61,7 +61,8 @@ func TestAbandonDuringTailPersist(t *testing.T) {
 	if err := core.Format(h, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := core.Open(h, core.Options{TailInterval: 64 << 10})
+	// No metadata reserve: the freed log blocks must be the only free ones.
+	p, _, err := core.Open(h, core.Options{TailInterval: 64 << 10, NoReserve: true})
 	if err != nil {
 		t.Fatal(err)
 	}
