@@ -74,6 +74,7 @@ func runMount(args []string) error {
 	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
 	nodev := fl.Bool("nodev", false, "do not open character or block devices on the mount (a mount by a user other than root never does)")
 	nosuid := fl.Bool("nosuid", false, "ignore set-user-ID and set-group-ID bits on the mount (a mount by a user other than root always does)")
+	readOnly := fl.Bool("read-only", false, "mount read-only (-o ro): nothing reaches the pool, writes fail with EROFS, reads update no access time; a pool that needs recovery is recovered in memory only")
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
@@ -163,12 +164,22 @@ func runMount(args []string) error {
 	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
 		return err
 	}
+	if *readOnly && len(tierOpts.Devices) > 0 {
+		return usageError{"--read-only: not with --ssd yet (the SSD tier writes its devices' labels and registry when it opens)"}
+	}
 
 	// A mount that fails leaves the pool as it was (unless it needed
 	// recovery, which core.Open persists): nothing is written until the
 	// FUSE mount exists, and then the pool is stamped mounted and new SSD
 	// directories are registered before the first request is served.
-	m, err := pmem.Open(*poolPath)
+	open := pmem.Open
+	if *readOnly {
+		// Copy-on-write: recovery (journal replay, orphans, sessions)
+		// and anything else core stores stay in this process.
+		open = pmem.OpenPrivate
+		atimeMode = core.AtimeNever
+	}
+	m, err := open(*poolPath)
 	if err != nil {
 		return err
 	}
@@ -179,7 +190,7 @@ func runMount(args []string) error {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
 	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
-		zap.String("mountpoint", mnt), zap.String("lock", lockMode.String()), zap.String("atime", atimeMode.String()), zap.Int("inodes", rep.Inodes),
+		zap.String("mountpoint", mnt), zap.Bool("read_only", *readOnly), zap.String("lock", lockMode.String()), zap.String("atime", atimeMode.String()), zap.Int("inodes", rep.Inodes),
 		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
 		zap.Duration("load_time", time.Since(start))}
 	if m.Kind() != pmem.Emulated {
@@ -233,8 +244,19 @@ func runMount(args []string) error {
 	}
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
+		if *readOnly {
+			opts.Options = append(opts.Options, "ro")
+		}
 	} else {
 		opts.Options = append(opts.Options, deviceOptions(*nodev, *nosuid)...)
+		if *readOnly {
+			// The kernel refuses every change with EROFS, as on any
+			// read-only mount.
+			if opts.DirectMountFlags == 0 {
+				opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
+			}
+			opts.DirectMountFlags |= syscall.MS_RDONLY
+		}
 	}
 	// Signals are caught before the mount appears: a SIGTERM in between
 	// would otherwise kill the daemon and leave a dead mount behind.
@@ -248,7 +270,10 @@ func runMount(args []string) error {
 		p.Close()
 		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, err)
 	}
-	startErr := p.Stamp()
+	var startErr error
+	if !*readOnly {
+		startErr = p.Stamp()
+	}
 	if startErr == nil && tier != nil {
 		startErr = tier.Start()
 	}

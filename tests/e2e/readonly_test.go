@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -307,4 +308,78 @@ func TestFailedMkfsLeavesNoFile(t *testing.T) {
 	if len(ents) != 2 {
 		t.Errorf("%s holds %d entries after the failed mkfs runs, want 2 (keep, sub)", dir, len(ents))
 	}
+}
+
+// TestReadOnlyMount: `dnnfs mount --read-only` (-o ro) serves the pool
+// without writing one byte of it: reads work and update no access time,
+// every change fails with EROFS, and a pool left dirty by a crash is
+// recovered in memory only (the next read-write mount recovers it for
+// real).
+func TestReadOnlyMount(t *testing.T) {
+	t.Parallel()
+	pool := harness.Mkfs(t, "32MiB")
+	fs := harness.Mount(t, pool)
+	writeFile(t, fs.Path("f"), []byte("kept"), 0o644)
+	must(t, os.Mkdir(fs.Path("d"), 0o755))
+	fs.Unmount(t)
+
+	check := func(t *testing.T, want map[string]string) {
+		before := hashFile(t, pool)
+		ro := harness.Mount(t, pool, "--read-only")
+		for name, data := range want {
+			var st0, st1 unix.Stat_t
+			must(t, unix.Stat(ro.Path(name), &st0))
+			if got := string(readFile(t, ro.Path(name))); got != data {
+				t.Errorf("%s reads %q, want %q", name, got, data)
+			}
+			must(t, unix.Stat(ro.Path(name), &st1))
+			if st1.Atim != st0.Atim {
+				t.Errorf("%s: a read on a read-only mount changed the access time", name)
+			}
+		}
+		for what, err := range map[string]error{
+			"open for writing": func() error {
+				f, err := os.OpenFile(ro.Path("f"), os.O_WRONLY, 0)
+				if err == nil {
+					f.Close()
+				}
+				return err
+			}(),
+			"create":   os.WriteFile(ro.Path("new"), nil, 0o644),
+			"mkdir":    os.Mkdir(ro.Path("d2"), 0o755),
+			"unlink":   os.Remove(ro.Path("f")),
+			"rename":   os.Rename(ro.Path("f"), ro.Path("g")),
+			"chmod":    os.Chmod(ro.Path("f"), 0o600),
+			"setxattr": unix.Setxattr(ro.Path("f"), "user.x", []byte("v"), 0),
+			"truncate": os.Truncate(ro.Path("f"), 0),
+		} {
+			if !errors.Is(err, unix.EROFS) {
+				t.Errorf("%s on a read-only mount: %v, want EROFS", what, err)
+			}
+		}
+		ro.Unmount(t)
+		if hashFile(t, pool) != before {
+			t.Error("a read-only mount changed the pool file")
+		}
+	}
+	t.Run("clean pool", func(t *testing.T) { check(t, map[string]string{"f": "kept"}) })
+	t.Run("pool left dirty by a crash", func(t *testing.T) {
+		rw := harness.Mount(t, pool)
+		writeFile(t, rw.Path("g"), []byte("written before the crash"), 0o644)
+		// An orphan: unlinked while open when the daemon dies. Recovery
+		// frees it, which on a read-only mount must stay in memory.
+		writeFile(t, rw.Path("orphan"), bytes.Repeat([]byte{1}, 1<<20), 0o644)
+		o, err := os.Open(rw.Path("orphan"))
+		must(t, err)
+		must(t, os.Remove(rw.Path("orphan")))
+		rw.Kill(t)
+		o.Close()
+		check(t, map[string]string{"f": "kept", "g": "written before the crash"})
+		// A read-write mount then recovers it for real.
+		rw = harness.Mount(t, pool)
+		if got := string(readFile(t, rw.Path("g"))); got != "written before the crash" {
+			t.Errorf("g after the read-write mount: %q", got)
+		}
+		rw.Unmount(t)
+	})
 }
