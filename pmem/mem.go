@@ -8,6 +8,10 @@ func NewMemory(size int64) Medium {
 	return &memMedium{b: make([]byte, size)}
 }
 
+// MemoryOver returns a DRAM medium over b itself (no copy), for tests that
+// open a crash image in place: stores change b, Flush and Fence do nothing.
+func MemoryOver(b []byte) Medium { return &memMedium{b: b} }
+
 type memMedium struct{ b []byte }
 
 func (m *memMedium) Bytes() []byte                { return m.b }

@@ -885,22 +885,8 @@ func (s *script) resume(p *core.FS, o observed, st int) error {
 	return nil
 }
 
-// sliceMedium is a DRAM medium over b itself: Flush and Fence do nothing.
-type sliceMedium []byte
-
-func (m sliceMedium) Bytes() []byte                { return m }
-func (m sliceMedium) Size() int64                  { return int64(len(m)) }
-func (m sliceMedium) Flush(off, n int64) error     { return nil }
-func (m sliceMedium) Fence() error                 { return nil }
-func (m sliceMedium) Fallocate(off, n int64) error { return nil }
-func (m sliceMedium) Punch(off, n int64) error     { return pmem.PunchByStores(m, off, n) }
-func (m sliceMedium) WriteAt(p []byte, off int64) error {
-	copy(m[off:off+int64(len(p))], p)
-	return nil
-}
-func (m sliceMedium) Persist(off, n int64) error { return nil }
-func (m sliceMedium) Kind() pmem.Kind            { return pmem.Memory }
-func (m sliceMedium) Close() error               { return nil }
+// sliceMedium opens an image in place (pmem.MemoryOver).
+func sliceMedium(b []byte) pmem.Medium { return pmem.MemoryOver(b) }
 
 // ---------------------------------------------------------------------------
 // The tests.
