@@ -318,105 +318,53 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	now := time.Now().UnixNano()
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(data)))
-	if len(added) == 0 && end <= size && !unwritten {
-		in.mu.Lock()
-		walk(exts, off, int64(len(data)), func(p int64, _, k int) {
+	// Delayed commit (DESIGN.md §Delayed commit): what the write stored
+	// is flushed by fsync, or by the next transaction of the inode before
+	// it maps the fresh blocks or grows the size on media. Until then the
+	// new size and blocks live in DRAM: a crash loses them as it loses
+	// any write not fsync'ed, and never shows a block before its data.
+	in.mu.Lock()
+	walk(exts, off, int64(len(data)), func(p int64, _, k int) {
+		if p >= 0 {
 			first := Blk(p / bs)
 			in.markDirtyLocked(first, (uint64(p)+uint64(k)+bs-1)/bs-uint64(first), gen)
-		})
-		in.d.Mtime, in.d.Ctime = now, now
-		in.timesDirty = true
-		if cr != nil {
-			if mode := cr.afterData(in.d.Mode, in.d.GID); mode != in.d.Mode {
-				nd := in.d
-				nd.Mode = mode
-				c.putInode(in, nd)
-				if err := c.commit(); err != nil {
-					in.mu.Unlock()
-					return 0, false, err
-				}
-				killed = true
-			}
-		}
-		in.mu.Unlock()
-		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
-		return len(data), killed, nil
-	}
-	// Persist order: fresh blocks whole (data and the zeros around it:
-	// media flushed by cache line would otherwise show a previous owner's
-	// bytes after a crash) and overwritten old blocks are durable before
-	// the transaction that maps them or grows the size.
-	var ferr error
-	walk(old, off, int64(len(data)), func(p int64, _, k int) {
-		if p < 0 {
-			return
-		}
-		if err := fs.m.Flush(p, int64(k)); err != nil && ferr == nil {
-			ferr = err
 		}
 	})
-	for _, e := range added {
-		if err := fs.m.Flush(int64(e.Phys.Off()), int64(e.Len*bs)); err != nil && ferr == nil {
-			ferr = err
-		}
+	for _, e := range added { // zeros around the data, too
+		in.markDirtyLocked(e.Phys, e.Len, gen)
 	}
-	if err := fs.m.Fence(); err != nil && ferr == nil {
-		ferr = err
-	}
-	if ferr == nil && fs.wbGen() != gen {
-		ferr = fmt.Errorf("the pool medium reported a write-back failure during the write")
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if ferr != nil {
-		// Nothing is committed, so the fresh blocks go back unmapped; the
-		// overwritten ones changed and are not durable: fsync says so
-		// until they are rewritten.
-		c.abort()
-		var lost []LostRange
-		walk(old, off, int64(len(data)), func(p int64, _, k int) {
-			if p >= 0 {
-				first := Blk(p / bs)
-				n := (uint64(p)+uint64(k)+bs-1)/bs - uint64(first)
-				in.lost = addRange(in.lost, first, n)
-				lost = append(lost, in.lostRangesLocked(first, n, ferr, false)...)
+	in.d.Mtime, in.d.Ctime = now, now
+	in.timesDirty = true
+	if len(added) > 0 || unwritten || uint64(end) > in.d.Size {
+		in.notePendingLocked()
+		if len(added) > 0 {
+			// Merge into the current list: writers of other ranges may
+			// have added extents since the snapshot.
+			in.exts = mergeExtents(in.exts, added)
+			for _, e := range added {
+				in.noteFreshLocked(e.Phys, e.Len)
 			}
-		})
-		if len(lost) > 0 {
-			in.mu.Unlock()
-			fs.LogLost(lost)
-			in.mu.Lock() // for the deferred unlock
+			c.allocated = nil // the inode's now, in DRAM
 		}
-		return 0, false, ioErr(fmt.Sprintf("persisting the write of %d bytes at file byte %d", len(data), off), ferr)
-	}
-	nd := in.d
-	nd.Size = uint64(max(end, int64(in.d.Size)))
-	nd.Mtime, nd.Ctime = now, now
-	if cr != nil {
-		nd.Mode = cr.afterData(nd.Mode, nd.GID)
-		killed = nd.Mode != in.d.Mode
-	}
-	if len(added) > 0 || unwritten {
-		// Merge into the current list: writers of other ranges may have
-		// committed extents since the snapshot.
-		exts := mergeExtents(in.exts, added)
 		if unwritten {
-			exts = writtenExtents(exts, b0, b1)
+			in.exts = writtenExtents(in.exts, b0, b1)
 		}
-		if err := c.putExtentsLocked(in, &nd, exts); err != nil {
-			c.abort()
-			return 0, false, err
+		in.d.Size = max(uint64(end), in.d.Size)
+	}
+	if cr != nil {
+		if mode := cr.afterData(in.d.Mode, in.d.GID); mode != in.d.Mode {
+			nd := in.d
+			nd.Mode = mode
+			c.putInode(in, nd)
+			if err := c.commit(); err != nil {
+				in.mu.Unlock()
+				return 0, false, err
+			}
+			killed = true
 		}
 	}
-	c.putInode(in, nd)
-	if err := c.commit(); err != nil {
-		return 0, false, err
-	}
-	if in.sess.Load() != nil {
-		in.mu.Unlock()
-		fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
-		in.mu.Lock() // for the deferred unlock
-	}
+	in.mu.Unlock()
+	fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
 	return len(data), killed, nil
 }
 

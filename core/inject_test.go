@@ -138,7 +138,8 @@ var injectOps = []injectOp{
 		_, err := x.fs.Write(x.a, bs+100, bytes.Repeat([]byte{7}, bs), false)
 		return err
 	}, bs + 100, 2*bs + 100},
-	{"extending write", []pmem.Op{pmem.OpWrite, pmem.OpFlush, pmem.OpFence}, func(x *injectFixture) error {
+	// Delayed commit: the write only stores; fsync (TestDelayedCommit*) persists it.
+	{"extending write", []pmem.Op{pmem.OpWrite}, func(x *injectFixture) error {
 		_, err := x.fs.Write(x.a, aSize-10, bytes.Repeat([]byte{8}, 3*bs), false)
 		return err
 	}, aSize - 10, aSize},

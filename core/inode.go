@@ -35,7 +35,7 @@ type Inode struct {
 	table atomic.Pointer[tableState] // embedding table (set once at creation), or nil
 	mu    sync.Mutex
 
-	d           format.Inode    // persistent fields as last committed (times may run ahead, see timesDirty)
+	d           format.Inode    // persistent fields as last committed; times, and the size while metaDirty, may run ahead
 	exts        []format.Extent // sorted by Logical, non-overlapping
 	ovf         []Blk           // extent overflow chain on media, in order
 	xattrs      []format.Xattr  // decoded xattr region
@@ -49,6 +49,14 @@ type Inode struct {
 	dirtyGen    uint64          // the medium's write-back error count before the oldest dirty write
 	lost        []format.Extent // pool block ranges whose flush failed, not rewritten since (Phys, Len)
 	timesDirty  bool            // d's times changed in DRAM only
+	// Delayed commit (DESIGN.md §Delayed commit): writes that allocate
+	// or extend change d.Size and exts in DRAM only; the next
+	// transaction of the inode (fsync, the committer, any metadata
+	// change) flushes the data and commits them.
+	metaDirty bool            // d.Size or exts ran ahead of the slot on media
+	mediaSize uint64          // while metaDirty: the size on media
+	fresh     []format.Extent // while metaDirty: pool blocks written since the last commit, not mapped on media (Phys, Len)
+	freshAll  bool            // too many fresh ranges to list: every extent counts as fresh
 	linkable    bool            // made by CreateTmpfile and not linked yet: Link may give it its first name
 }
 
@@ -126,6 +134,12 @@ type change struct {
 	// take blocks of the metadata reserve for it (DESIGN.md §Metadata
 	// reserve): splitting an extent on a full pool needs an overflow block.
 	freeing bool
+	// absorbed: inodes whose delayed size and extents this change
+	// commits (their data was flushed first).
+	absorbed []*Inode
+	// err: a staging step that cannot return an error failed (putInode's
+	// absorption); commit fails with it.
+	err error
 }
 
 func (fs *FS) begin() *change { return &change{fs: fs, tx: fs.j.Begin()} }
@@ -133,6 +147,10 @@ func (fs *FS) begin() *change { return &change{fs: fs, tx: fs.j.Begin()} }
 // commit makes the change durable and applies its DRAM side effects.
 // A failed commit applies none of them.
 func (c *change) commit() error {
+	if c.err != nil {
+		c.abort()
+		return c.err
+	}
 	if err := c.tx.Commit(); err != nil {
 		c.abort()
 		if errors.Is(err, journal.ErrTooLarge) {
@@ -238,17 +256,122 @@ func (c *change) allocMeta(goal Blk, n uint64) (Blk, error) {
 }
 
 // putInode stages inode d for in and installs it in DRAM after commit.
+// An inode with delayed writes (metaDirty) has them committed with it,
+// data first (ordered, DESIGN.md §Delayed commit); an unlinked one keeps
+// its size on media instead: a crash frees it anyway. The caller holds
+// in.mu.
 func (c *change) putInode(in *Inode, d format.Inode) {
+	slot := d
+	if in.metaDirty && !slices.Contains(c.absorbed, in) {
+		if d.Nlink == 0 {
+			slot.Size = in.mediaSize
+		} else if err := c.absorbExtentsLocked(in, &d); err != nil {
+			if c.err == nil {
+				c.err = err
+			}
+			return
+		} else {
+			slot = d
+		}
+	}
 	var buf [format.InodeSize]byte
-	d.Encode(buf[:])
+	slot.Encode(buf[:])
 	c.tx.Write(c.fs.sb.InodeOff(in.Ino), buf[:])
 	c.after = append(c.after, func() { in.d = d; in.timesDirty = false })
+}
+
+// absorbExtentsLocked stages in's current extent list into d. The blocks
+// it may need for the list are metadata: the reserve is there for them
+// (DESIGN.md §Metadata reserve).
+func (c *change) absorbExtentsLocked(in *Inode, d *format.Inode) error {
+	saved := c.freeing
+	c.freeing = true
+	defer func() { c.freeing = saved }()
+	return c.putExtentsLocked(in, d, in.exts)
+}
+
+// absorbLocked makes the change commit in's delayed size and extents:
+// the data written since the last commit is flushed first, so the
+// transaction never maps blocks whose bytes are not durable (README,
+// Durability contract, rule 5). It fails when that data failed to
+// persist and is still part of exts, the list being committed.
+func (c *change) absorbLocked(in *Inode, exts []format.Extent) error {
+	if !in.metaDirty || slices.Contains(c.absorbed, in) {
+		return nil
+	}
+	if lost := in.flushDataLocked(); len(lost) > 0 {
+		c.fs.logLostLocked(lost)
+	}
+	if err := in.freshLostLocked(exts); err != nil {
+		return err
+	}
+	c.absorbed = append(c.absorbed, in)
+	fs := c.fs
+	c.after = append(c.after, func() {
+		in.metaDirty, in.fresh, in.freshAll = false, nil, false
+		fs.pmu.Lock()
+		delete(fs.pending, in)
+		fs.pmu.Unlock()
+	})
+	return nil
+}
+
+// freshLostLocked is ErrIO if a block written since the last commit failed
+// to persist, was not rewritten since, and is mapped by exts.
+func (in *Inode) freshLostLocked(exts []format.Extent) error {
+	for _, l := range in.lost {
+		for _, e := range exts {
+			lo, hi := max(l.Phys, e.Phys), min(l.Phys+Blk(l.Len), e.Phys+Blk(e.Len))
+			if lo >= hi {
+				continue
+			}
+			fresh := in.freshAll
+			for _, f := range in.fresh {
+				fresh = fresh || (f.Phys < hi && lo < f.Phys+Blk(f.Len))
+			}
+			if fresh {
+				return fmt.Errorf("%w: inode %d: data written at file byte %d failed to persist; its blocks are not mapped on media until it is rewritten",
+					ErrIO, in.Ino, int64(e.Logical+uint64(lo-e.Phys))*format.BlockSize)
+			}
+		}
+	}
+	return nil
+}
+
+// noteFreshLocked records pool blocks [b, b+n) as written by a delayed
+// write: not mapped on media until the next commit of the inode.
+func (in *Inode) noteFreshLocked(b Blk, n uint64) {
+	if in.freshAll {
+		return
+	}
+	if k := len(in.fresh); k > 0 && in.fresh[k-1].Phys+Blk(in.fresh[k-1].Len) == b {
+		in.fresh[k-1].Len += n
+		return
+	}
+	if len(in.fresh) >= 4096 {
+		in.fresh, in.freshAll = nil, true
+		return
+	}
+	in.fresh = append(in.fresh, format.Extent{Phys: b, Len: n})
+}
+
+// notePendingLocked marks in's size or extents as ahead of media and
+// hands it to the committer (DESIGN.md §Delayed commit).
+func (in *Inode) notePendingLocked() {
+	if in.metaDirty {
+		return
+	}
+	in.metaDirty, in.mediaSize = true, in.d.Size
+	in.fs.addPending(in)
 }
 
 // putExtentsLocked stages a new extent list for in into d (inline part)
 // and overflow blocks (format.EncodeExtents), writing only overflow
 // blocks whose bytes change.
 func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Extent) error {
+	if err := c.absorbLocked(in, exts); err != nil {
+		return err
+	}
 	fs := c.fs
 	need := format.OverflowBlocks(len(exts))
 	ovf := slices.Clone(in.ovf)
@@ -473,6 +596,10 @@ func (c *change) stageFreeInodeLocked(in *Inode) {
 	c.after = append(c.after, func() {
 		in.d.Nlink = 0
 		in.exts, in.ovf, in.xattrs = nil, nil, nil
+		in.metaDirty, in.fresh, in.freshAll = false, nil, false
+		fs.pmu.Lock()
+		delete(fs.pending, in)
+		fs.pmu.Unlock()
 		fs.imu.Lock()
 		delete(fs.inodes, in.Ino)
 		fs.freeIno = append(fs.freeIno, in.Ino)
@@ -486,7 +613,7 @@ func (c *change) stageFreeInodeLocked(in *Inode) {
 // caller to log (see LogLost) once it holds no inode lock.
 func (in *Inode) syncLocked() (lost []LostRange, err error) {
 	lost = in.flushDataLocked()
-	if in.timesDirty {
+	if in.timesDirty || in.metaDirty {
 		c := in.fs.begin()
 		c.putInode(in, in.d)
 		err = c.commit()
@@ -633,10 +760,16 @@ func cutRange(rs []format.Extent, b Blk, n uint64) []format.Extent {
 
 // LogLost logs each lost range once, with the file's path when it still
 // has one. The caller holds no inode lock (PathOf locks directories).
-func (fs *FS) LogLost(lost []LostRange) {
+func (fs *FS) LogLost(lost []LostRange) { fs.logLost(lost, true) }
+
+// logLostLocked is LogLost for a caller holding an inode lock: the
+// message names the inode, not its path.
+func (fs *FS) logLostLocked(lost []LostRange) { fs.logLost(lost, false) }
+
+func (fs *FS) logLost(lost []LostRange, withPath bool) {
 	for _, l := range lost {
 		path := ""
-		if in := fs.Inode(l.Ino); in != nil {
+		if in := fs.Inode(l.Ino); in != nil && withPath {
 			path = fs.PathOf(in)
 		}
 		msg := "file data failed to persist: rewrite these bytes (fsync of the file fails with EIO until then) and check the device holding the pool"

@@ -179,22 +179,41 @@ func TestFsyncUnattributedWritebackError(t *testing.T) {
 	}
 }
 
-// A write that allocates blocks persists them before its transaction; if
-// that fails, the write fails and maps nothing.
-func TestWriteFailsWhenNewBlocksDoNotPersist(t *testing.T) {
-	fs, f, _, _ := faultyPool(t)
+// A write that allocates blocks is committed later, its data flushed
+// first (DESIGN.md §Delayed commit). If that flush fails, fsync fails, no
+// other transaction of the file commits the blocks either, and the media
+// keep the file as last committed until the bytes are rewritten.
+func TestDelayedCommitFailsWhenNewBlocksDoNotPersist(t *testing.T) {
+	fs, f, rec, _ := faultyPool(t)
 	a := fileWith(t, fs, "a", bytes.Repeat([]byte{1}, bs))
 	sb := fs.Superblock()
+	crashSize := func() uint64 {
+		t.Helper()
+		cfs, _, err := Open(pmem.NewRecorder(rec.Image(rec.Fences())), Options{})
+		if err != nil {
+			t.Fatalf("crash image: %v", err)
+		}
+		return cfs.Inode(a.Ino).Attr().Size
+	}
 	f.FailFlushRange(int64(sb.DataStart.Off()), fs.m.Size(), errMedia)
-	free := fs.Statfs().Free
-	if _, err := fs.Write(a, bs, bytes.Repeat([]byte{2}, 3*bs), false); !errors.Is(err, ErrIO) {
-		t.Fatalf("extending write: %v, want ErrIO", err)
+	if _, err := fs.Write(a, bs, bytes.Repeat([]byte{2}, 3*bs), false); err != nil {
+		t.Fatalf("extending write: %v (it is committed later)", err)
 	}
-	if got := a.Attr().Size; got != bs {
-		t.Fatalf("size %d after a failed write, want %d", got, bs)
+	if got := a.Attr().Size; got != 4*bs {
+		t.Fatalf("size %d after the write, want %d", got, 4*bs)
 	}
-	if got := fs.Statfs().Free; got != free {
-		t.Fatalf("%d free blocks after a failed write, want %d", got, free)
+	if err := fs.Fsync(a); !errors.Is(err, ErrIO) {
+		t.Fatalf("fsync: %v, want ErrIO", err)
+	}
+	mode := uint32(0o600)
+	if err := fs.Setattr(a, SetAttr{Mode: &mode}); !errors.Is(err, ErrIO) {
+		t.Fatalf("chmod, which would commit the unpersisted blocks: %v, want ErrIO", err)
+	}
+	if err := fs.CommitPending(); !errors.Is(err, ErrIO) {
+		t.Fatalf("the committer: %v, want ErrIO", err)
+	}
+	if got := crashSize(); got != bs {
+		t.Fatalf("a crash now shows size %d, want %d (as last committed)", got, bs)
 	}
 	f.Heal()
 	if _, err := fs.Write(a, bs, bytes.Repeat([]byte{2}, 3*bs), false); err != nil {
@@ -202,6 +221,9 @@ func TestWriteFailsWhenNewBlocksDoNotPersist(t *testing.T) {
 	}
 	if err := fs.Fsync(a); err != nil {
 		t.Fatal(err)
+	}
+	if got := crashSize(); got != 4*bs {
+		t.Fatalf("after rewrite and fsync a crash shows size %d, want %d", got, 4*bs)
 	}
 }
 

@@ -78,6 +78,13 @@ type FS struct {
 	tierMu   sync.Mutex // leaf: the SSD-tier registry block (UpdateRegistry)
 	extFreed ExtFreed   // see SetExtFreed
 
+	// Delayed commit (commit.go): inodes with writes not committed yet.
+	pmu            sync.Mutex // leaf
+	pending        map[*Inode]struct{}
+	commitInterval time.Duration
+	commitStop     chan struct{}
+	commitDone     chan struct{}
+
 	freed   broadcaster  // signalled after each inode is freed (see RetryNoSpace)
 	freeing atomic.Int32 // freeInode calls in progress (see WaitForgets)
 	closed  atomic.Bool
@@ -91,6 +98,7 @@ type Stats struct {
 	Reads, Writes         atomic.Uint64
 	ReadBytes, WriteBytes atomic.Uint64
 	Fsyncs                atomic.Uint64
+	Commits               atomic.Uint64 // delayed writes committed by the committer (files)
 }
 
 // Options for Open.
@@ -110,6 +118,11 @@ type Options struct {
 	// NoReserve turns the metadata reserve off (DESIGN.md §Metadata
 	// reserve): for tests that fill a pool block by block.
 	NoReserve bool
+	// CommitInterval: how often writes that allocate or extend a file
+	// are committed without an fsync (DESIGN.md §Delayed commit); 0
+	// means DefaultCommitInterval, negative never (fsync, metadata
+	// changes of the file and Close still commit them).
+	CommitInterval time.Duration
 }
 
 // MountReport says what Open found and did.
@@ -250,6 +263,10 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	if fs.tailInterval == 0 {
 		fs.tailInterval = DefaultTailInterval
 	}
+	fs.commitInterval = opts.CommitInterval
+	if fs.commitInterval == 0 {
+		fs.commitInterval = DefaultCommitInterval
+	}
 	fs.wb, _ = m.(pmem.WritebackErrors)
 	if err := fs.load(st); err != nil {
 		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
@@ -305,6 +322,7 @@ func (fs *FS) Close() error {
 	if fs.closed.Swap(true) {
 		return nil
 	}
+	fs.stopCommitter()
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
 	var firstErr error
@@ -408,5 +426,6 @@ func (fs *FS) StatsSnapshot() map[string]uint64 {
 		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
 		"fsyncs": fs.stats.Fsyncs.Load(), "journal_commits": c, "journal_bytes": b,
 		"free_blocks": fs.alloc.Free(),
+		"pending_files": uint64(fs.PendingFiles()), "committed_by_interval": fs.stats.Commits.Load(),
 	}
 }

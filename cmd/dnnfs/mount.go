@@ -78,6 +78,7 @@ func runMount(args []string) error {
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
+	commitInterval := fl.Duration("commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
 	atimeFlag := fl.String("atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
@@ -108,6 +109,13 @@ func runMount(args []string) error {
 	ti, err := parseSize(*tailInterval)
 	if err != nil {
 		return usageError{"--tail-interval: " + err.Error()}
+	}
+	if *commitInterval < 0 {
+		return usageError{"--commit-interval: must not be negative"}
+	}
+	ci := *commitInterval
+	if ci == 0 {
+		ci = -1 // core: never
 	}
 	tierOpts := embedding.Options{Migrate: *migrate}
 	for _, s := range *ssd {
@@ -185,7 +193,7 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true})
+	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true, CommitInterval: ci})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}

@@ -309,7 +309,7 @@ func checkFence(s *script, k int, img []byte) error {
 				}
 			}
 		}
-		d := diffTrees(got, s.steps[c].snap, unsure, 8)
+		d := diffTrees(got, s.steps[c].durable, unsure, 8)
 		if len(d) == 0 && s.extra != nil {
 			if err := s.extra(p, k, c); err != nil {
 				d = append(d, err.Error())

@@ -325,6 +325,25 @@ func writeFile(t testing.TB, path string, data []byte, mode os.FileMode) {
 	}
 }
 
+// writeFileSync is writeFile followed by fsync: the file survives a
+// crash from then on (README, Durability contract, rule 2).
+func writeFileSync(t testing.TB, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readFile(t testing.TB, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -168,7 +168,7 @@ func TestUnlinkedMmapKeepsData(t *testing.T) {
 func TestOrphansAfterCrash(t *testing.T) {
 	t.Parallel()
 	fs := newFS(t, "128MiB")
-	writeFile(t, fs.Path("keep"), []byte("kept"), 0o644)
+	writeFileSync(t, fs.Path("keep"), []byte("kept"), 0o644)
 	before := statfs(t, fs.Mnt)
 	var fds []int
 	for i, flags := range []int{unix.O_PATH, unix.O_RDONLY, unix.O_RDWR} {

@@ -160,7 +160,7 @@ func TestReadOnlyCommandsOnReadOnlyPool(t *testing.T) {
 	t.Parallel()
 	pool := harness.Mkfs(t, "32MiB")
 	fs := harness.Mount(t, pool)
-	writeFile(t, fs.Path("kept"), randBytes(5, 300<<10), 0o644)
+	writeFileSync(t, fs.Path("kept"), randBytes(5, 300<<10), 0o644)
 	fd := openFd(t, fs.Path("orphan"), unix.O_RDWR|unix.O_CREAT, 0o644)
 	pwriteFull(t, fd, randBytes(6, 200<<10), 0)
 	must(t, unix.Fsync(fd))
@@ -365,7 +365,7 @@ func TestReadOnlyMount(t *testing.T) {
 	t.Run("clean pool", func(t *testing.T) { check(t, map[string]string{"f": "kept"}) })
 	t.Run("pool left dirty by a crash", func(t *testing.T) {
 		rw := harness.Mount(t, pool)
-		writeFile(t, rw.Path("g"), []byte("written before the crash"), 0o644)
+		writeFileSync(t, rw.Path("g"), []byte("written before the crash"), 0o644)
 		// An orphan: unlinked while open when the daemon dies. Recovery
 		// frees it, which on a read-only mount must stay in memory.
 		writeFile(t, rw.Path("orphan"), bytes.Repeat([]byte{1}, 1<<20), 0o644)

@@ -1,0 +1,93 @@
+package core
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultCommitInterval is how often the committer commits the sizes and
+// extents of files written without fsync (DESIGN.md §Delayed commit):
+// the most such writes a crash can lose, as ext4's commit= default.
+const DefaultCommitInterval = 5 * time.Second
+
+// addPending hands in to the committer. Lock order: Inode.mu -> pmu.
+func (fs *FS) addPending(in *Inode) {
+	fs.pmu.Lock()
+	defer fs.pmu.Unlock()
+	if fs.pending == nil {
+		fs.pending = map[*Inode]struct{}{}
+	}
+	fs.pending[in] = struct{}{}
+	if fs.commitStop == nil && fs.commitInterval > 0 && !fs.closed.Load() {
+		fs.commitStop, fs.commitDone = make(chan struct{}), make(chan struct{})
+		go fs.committer(fs.commitStop, fs.commitDone)
+	}
+}
+
+// committer commits delayed writes every commit interval until stop.
+func (fs *FS) committer(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(fs.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			_ = fs.CommitPending()
+		}
+	}
+}
+
+// stopCommitter ends the committer goroutine, if one runs, and waits.
+func (fs *FS) stopCommitter() {
+	fs.pmu.Lock()
+	stop, done := fs.commitStop, fs.commitDone
+	fs.commitStop = nil
+	fs.pmu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// CommitPending commits the delayed size and extents of every file that
+// has them, data first (DESIGN.md §Delayed commit). It returns the first
+// error; a file that failed stays pending and is logged once per failure
+// kind.
+func (fs *FS) CommitPending() error {
+	fs.pmu.Lock()
+	list := make([]*Inode, 0, len(fs.pending))
+	for in := range fs.pending {
+		list = append(list, in)
+	}
+	fs.pmu.Unlock()
+	var first error
+	for _, in := range list {
+		in.mu.Lock()
+		var err error
+		if in.metaDirty && in.d.Nlink > 0 {
+			c := fs.begin()
+			c.putInode(in, in.d)
+			err = c.commit()
+		}
+		in.mu.Unlock()
+		if err != nil {
+			fs.log.Error("committing a file's size and blocks failed; it stays as last committed on media until this succeeds (fsync reports the error)",
+				zap.Uint64("ino", uint64(in.Ino)), zap.String("path", fs.PathOf(in)), zap.Error(err))
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	fs.stats.Commits.Add(uint64(len(list)))
+	return first
+}
+
+// PendingFiles is the number of files with writes not committed yet.
+func (fs *FS) PendingFiles() int {
+	fs.pmu.Lock()
+	defer fs.pmu.Unlock()
+	return len(fs.pending)
+}
