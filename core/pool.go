@@ -425,7 +425,7 @@ func (fs *FS) StatsSnapshot() map[string]uint64 {
 		"reads": fs.stats.Reads.Load(), "writes": fs.stats.Writes.Load(),
 		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
 		"fsyncs": fs.stats.Fsyncs.Load(), "journal_commits": c, "journal_bytes": b,
-		"free_blocks": fs.alloc.Free(),
+		"free_blocks":   fs.alloc.Free(),
 		"pending_files": uint64(fs.PendingFiles()), "committed_by_interval": fs.stats.Commits.Load(),
 	}
 }

@@ -18,13 +18,13 @@ import (
 // returned, and the logical state right after it.
 type step struct {
 	name   string
-	fences int       // rec.Fences() after the operation returned
-	snap   tree      // logical state after the operation
+	fences int  // rec.Fences() after the operation returned
+	snap   tree // logical state after the operation
 	// durable: what a crash right after the operation may show besides
 	// unsure bytes: snap without the writes not committed yet (DESIGN.md
 	// §Delayed commit), read by mounting a copy of the mapping.
 	durable tree
-	unsure unsureMap // data bytes not promised durable after the operation
+	unsure  unsureMap // data bytes not promised durable after the operation
 	// inflight: bytes the operation changes in place (stores into blocks
 	// that were already mapped), which a crash while it runs may show old,
 	// new or mixed. Only overwrites are atomic nowhere: metadata still is.
