@@ -54,8 +54,8 @@ func (fs *FS) stopCommitter() {
 
 // CommitPending commits the delayed size and extents of every file that
 // has them, data first (DESIGN.md §Delayed commit). It returns the first
-// error; a file that failed stays pending and is logged once per failure
-// kind.
+// error; a file that failed stays pending, logged at its first failure
+// only (until a commit of it succeeds).
 func (fs *FS) CommitPending() error {
 	fs.pmu.Lock()
 	list := make([]*Inode, 0, len(fs.pending))
@@ -72,13 +72,15 @@ func (fs *FS) CommitPending() error {
 			c.putInode(in, in.d)
 			err = c.commit()
 		}
+		logIt := err != nil && !in.commitFailed
+		in.commitFailed = err != nil
 		in.mu.Unlock()
-		if err != nil {
-			fs.log.Error("committing a file's size and blocks failed; it stays as last committed on media until this succeeds (fsync reports the error)",
+		if logIt {
+			fs.log.Error("committing a file's size and blocks failed; it stays as last committed on media until a commit succeeds (fsync reports the error; retried every commit interval)",
 				zap.Uint64("ino", uint64(in.Ino)), zap.String("path", fs.PathOf(in)), zap.Error(err))
-			if first == nil {
-				first = err
-			}
+		}
+		if err != nil && first == nil {
+			first = err
 		}
 	}
 	fs.stats.Commits.Add(uint64(len(list)))

@@ -57,7 +57,10 @@ type Inode struct {
 	mediaSize uint64          // while metaDirty: the size on media
 	fresh     []format.Extent // while metaDirty: pool blocks written since the last commit, not mapped on media (Phys, Len)
 	freshAll  bool            // too many fresh ranges to list: every extent counts as fresh
-	linkable  bool            // made by CreateTmpfile and not linked yet: Link may give it its first name
+	// commitFailed: the committer's last commit of the inode failed (and
+	// was logged).
+	commitFailed bool
+	linkable     bool // made by CreateTmpfile and not linked yet: Link may give it its first name
 }
 
 // Attr is a snapshot of an inode's attributes.
