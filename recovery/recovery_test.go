@@ -126,6 +126,7 @@ func TestOrphan(t *testing.T) {
 	f, err := fs.Create(fs.Root(), "open", regMode)
 	must(t, err)
 	mustV[int](t)(fs.Write(f, 0, pattern(9000, 3), false))
+	must(t, fs.Fsync(f)) // its blocks on media (DESIGN.md §Delayed commit)
 	fs.Opened(f)
 	must(t, fs.Unlink(fs.Root(), "open"))
 	// The daemon dies here, with the file open: no Close.
