@@ -177,7 +177,7 @@ func verifyScript(t *testing.T, s *script, bugs map[string]string) {
 	t.Run("mkfs", func(t *testing.T) {
 		t.Parallel()
 		for k := 0; k < s.fmtFences; k++ {
-			p, _, err := core.Open(sliceMedium(s.rec.Image(k)), core.Options{}) // few: the Recorder itself
+			p, _, err := core.Open(sliceMedium(s.rec.Image(k)), core.Options{CommitInterval: -1}) // few: the Recorder itself
 			tested.Add(1)
 			if errors.Is(err, core.ErrNotPool) {
 				continue
@@ -286,7 +286,7 @@ func checkFence(s *script, k int, img []byte) error {
 		tm = newTee(m)
 		m = tm
 	}
-	p, rep, err := core.Open(m, core.Options{})
+	p, rep, err := core.Open(m, core.Options{CommitInterval: -1})
 	if err != nil {
 		return fmt.Errorf("Open: %v", err)
 	}
@@ -339,7 +339,7 @@ func checkFence(s *script, k int, img []byte) error {
 		defer im.release()
 		for j := 1; j < n; j, _ = j+1, im.next() {
 			s.recrashes.Add(1)
-			p2, _, err := core.Open(sliceMedium(im.image()), core.Options{})
+			p2, _, err := core.Open(sliceMedium(im.image()), core.Options{CommitInterval: -1})
 			if err != nil {
 				return fmt.Errorf("crash after fence %d of recovery: Open: %v", j, err)
 			}
@@ -380,7 +380,7 @@ func checkFence(s *script, k int, img []byte) error {
 			return fmt.Errorf("recovery.Check after recovery and Close: %d orphans, problems:\n  %s", orphans, strings.Join(probs, "\n  "))
 		}
 	}
-	p3, rep3, err := core.Open(m, core.Options{})
+	p3, rep3, err := core.Open(m, core.Options{CommitInterval: -1})
 	if err != nil {
 		return fmt.Errorf("Open after recovery and Close: %v", err)
 	}
@@ -490,7 +490,7 @@ func TestMkfsOverOldPool(t *testing.T) {
 	if err := core.Format(rec, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := core.Open(sliceMedium(rec.Image(rec.Fences())), core.Options{})
+	p, _, err := core.Open(sliceMedium(rec.Image(rec.Fences())), core.Options{CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestMkfsOverOldPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := 0; k <= rec.Fences(); k++ {
-		p, _, err := core.Open(sliceMedium(rec.Image(k)), core.Options{})
+		p, _, err := core.Open(sliceMedium(rec.Image(k)), core.Options{CommitInterval: -1})
 		if errors.Is(err, core.ErrNotPool) && k > 0 {
 			continue
 		}

@@ -277,7 +277,7 @@ func closeAndReopen(t *testing.T, s *script, want tree, okErr error, uncommitted
 	if probs, _, err := checkRecovery(m); err != nil || len(probs) > 0 {
 		t.Errorf("after Close: recovery.Check: %v\n  %s", err, strings.Join(probs, "\n  "))
 	}
-	p, _, err := core.Open(m, core.Options{})
+	p, _, err := core.Open(m, core.Options{CommitInterval: -1})
 	if err != nil {
 		t.Fatalf("reopen after Close: %v", err)
 	}

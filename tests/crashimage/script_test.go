@@ -86,7 +86,7 @@ func newScriptOn(t testing.TB, size int, wrap func(pmem.Medium) pmem.Medium) *sc
 		t.Fatalf("Format: %v", err)
 	}
 	s := &script{t: t, rec: rec, tee: tm, unsure: unsureMap{}, fmtFences: rec.Fences()}
-	p, _, err := core.Open(m, core.Options{})
+	p, _, err := core.Open(m, core.Options{CommitInterval: -1})
 	if err != nil {
 		t.Fatalf("Open after Format: %v", err)
 	}
@@ -238,7 +238,7 @@ func (s *script) writeIno(name string, in *core.Inode, off int64, data []byte) {
 // the bytes of its mapping: every store kept (a crash of the daemon, not
 // the machine), the DRAM-only state of the live pool lost.
 func mappingSnapshot(b []byte) (tree, error) {
-	p, _, err := core.Open(pmem.MemoryOver(append([]byte(nil), b...)), core.Options{})
+	p, _, err := core.Open(pmem.MemoryOver(append([]byte(nil), b...)), core.Options{CommitInterval: -1})
 	if err != nil {
 		return nil, err
 	}

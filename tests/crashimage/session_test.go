@@ -24,7 +24,7 @@ func sessionScript(x *ext) {
 	const bs = format.BlockSize
 	const chunk = 2 * bs
 	s := x.s
-	x.remount(core.Options{TailInterval: sessTailInterval})
+	x.remount(core.Options{TailInterval: sessTailInterval, CommitInterval: -1})
 	s.mkdir("/s")
 	// a: a session over old bytes, finished by the admin with parts undone.
 	s.create("/s/a", 0o644)
@@ -83,7 +83,7 @@ func sessionScript(x *ext) {
 	// A clean unmount persists e's progress and keeps the session open;
 	// after the mount, the job resumes and completes it.
 	x.sw("/s/e", 0, chunk)
-	x.remount(core.Options{TailInterval: sessTailInterval})
+	x.remount(core.Options{TailInterval: sessTailInterval, CommitInterval: -1})
 	for off := uint64(chunk); off < 24<<10; off += chunk {
 		x.sw("/s/e", off, chunk)
 	}
