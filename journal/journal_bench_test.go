@@ -93,7 +93,8 @@ func BenchmarkCommit(b *testing.B) {
 // BenchmarkCommitParallel: N goroutines each committing small transactions
 // (an inode-sized record of their own and a 64-byte record all of them
 // share, as creates in one directory rewrite its inode) on a pool file on
-// disk (/var/tmp) and in /dev/shm. commits/s is the figure to compare.
+// disk (/var/tmp) and in /dev/shm. commits/s is the figure to compare;
+// tx/batch is how many transactions shared a journal flush on average.
 //
 //	go test -run XXX -bench CommitParallel -count 5 ./journal
 func BenchmarkCommitParallel(b *testing.B) {
@@ -146,6 +147,10 @@ func BenchmarkCommitParallel(b *testing.B) {
 				}
 				wg.Wait()
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
+				if bs := j.Batches(); bs.Batches > 0 {
+					c, _ := j.Stats()
+					b.ReportMetric(float64(c)/float64(bs.Batches), "tx/batch")
+				}
 				close(errs)
 				for err := range errs {
 					b.Fatal(err)
