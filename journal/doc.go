@@ -7,7 +7,7 @@
 //	step  store                                           then
 //	1     header + records into the transaction area      Persist
 //	2     8-byte commit word = transaction's sequence no. Persist   <- commit point
-//	3     each record's bytes to its target offset        Flush each, one Fence
+//	3     each record's bytes to its target offset        Flush (once per block), one Fence
 //	4     8-byte commit word = 0 (retired)                Persist
 //
 // Group commit: Commit calls that arrive while a batch is being committed
@@ -15,11 +15,13 @@
 // takes the longest prefix of the queue that fits the transaction area
 // (Capacity) and commits it as one transaction, the records concatenated
 // in queue order (a later record wins where two overlap, as Replay applies
-// them in order), so the four steps are paid once for all of them. Step 3
-// flushes records that share a block once. Every Commit of a batch returns
-// the batch's result. A Commit arriving at an idle journal leads at once,
+// them in order), so the four steps are paid once for all of them. Every
+// Commit of a batch returns the batch's result, once it is durable and
+// applied, as a lone Commit does: callers holding their locks across
+// Commit see no difference, and a crash leaves a prefix of the queue of
+// whole transactions. A Commit arriving at an idle journal leads at once,
 // alone: nothing waits for company. A transaction larger than Capacity
-// fails alone with ErrTooLarge and never queues. Batches counts them.
+// fails alone with ErrTooLarge and never queues. Batches counts batches.
 //
 // Recovery (Replay) after a crash: a zero commit word means nothing to do
 // (a crash before step 2 leaves the targets untouched; after step 4 they
