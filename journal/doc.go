@@ -55,6 +55,10 @@
 // shows in its header), every batch first finishes the old transaction
 // (re-applies it if its word is set, persists the word as 0), and all its
 // Commits fail without writing anything of their own if that fails too.
+// A panic while committing (a bug, or an injected crash that the caller
+// survives, as the FUSE layer recovers a handler's panic) leaves the
+// journal unsettled too, unlocked, and the batch's other Commits failing
+// with ErrCommitPanicked.
 //
 // What it owns: the journal region and its commit protocol. What it must
 // not do: know what the records it carries mean, or commit anything that

@@ -17,7 +17,8 @@ import (
 // queueBatch commits txs from goroutines of their own while the journal
 // is held, starting each once the previous one is queued, so that they
 // queue in order and form one batch (or several, if they do not fit one)
-// when release is called. It returns each Commit's result.
+// when release is called. It returns each Commit's result (a panic with
+// an error, as an injected crash, is returned wrapped in errPanic).
 func queueBatch(t *testing.T, j *journal.Journal, txs []*journal.Tx) (release func() []error) {
 	t.Helper()
 	hold := journal.HoldBatches(j)
@@ -27,6 +28,12 @@ func queueBatch(t *testing.T, j *journal.Journal, txs []*journal.Tx) (release fu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					err, _ := r.(error)
+					errs[i] = fmt.Errorf("%w: %w", errPanic, err)
+				}
+			}()
 			errs[i] = tx.Commit()
 		}()
 		for journal.Queued(j) != i+1 {
@@ -39,6 +46,8 @@ func queueBatch(t *testing.T, j *journal.Journal, txs []*journal.Tx) (release fu
 		return errs
 	}
 }
+
+var errPanic = errors.New("Commit panicked")
 
 // word is 8 bytes naming transaction (g, i): goroutine g's i-th commit.
 func word(g, i int) []byte {
@@ -413,5 +422,52 @@ func TestLoneCommitPersists(t *testing.T) {
 	}
 	if bs := j.Batches(); bs.Batches != 3 || bs.Largest != 1 {
 		t.Fatalf("batch stats %+v, want 3 batches of one", bs)
+	}
+}
+
+// TestGroupCommitLeaderPanics: the leader of a batch panics right after
+// the commit point (an injected crash the caller survives, as the FUSE
+// layer recovers a handler's panic). The others of the batch get
+// ErrCommitPanicked instead of waiting for ever, the journal is not left
+// locked, and the next Commit settles the batch first: applied, as a
+// remount would.
+func TestGroupCommitLeaderPanics(t *testing.T) {
+	const n = 4
+	f := pmem.NewFaulty(pmem.NewRecorder(make([]byte, 4<<20)))
+	j, sb := newJournal(t, f)
+	base := sb.DataStart.Off()
+	var txs []*journal.Tx
+	for i := range n {
+		tx := j.Begin()
+		tx.Write(base+format.Off(i*format.InodeSize), word(i, 0))
+		txs = append(txs, tx)
+	}
+	release := queueBatch(t, j, txs)
+	f.CrashAfterFences(f.Fences()+2, func() { panic(pmem.ErrInjected) }) // step 2's fence
+	errs := release()
+	if !errors.Is(errs[0], errPanic) || !errors.Is(errs[0], pmem.ErrInjected) {
+		t.Fatalf("the leader: %v, want the injected panic", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if !errors.Is(err, journal.ErrCommitPanicked) {
+			t.Fatalf("tx %d: %v, want ErrCommitPanicked", i+1, err)
+		}
+	}
+	if !j.Pending() {
+		t.Fatal("the batch past its commit point is not pending")
+	}
+	tx := j.Begin()
+	tx.Write(base+format.Off(n*format.InodeSize), word(n, 0))
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("the next commit: %v", err)
+	}
+	b := f.Bytes()
+	for i := range n + 1 {
+		if got := b[base+format.Off(i*format.InodeSize):][:8]; !bytes.Equal(got, word(i, 0)) {
+			t.Fatalf("tx %d not applied after the journal settled: % x", i, got)
+		}
+	}
+	if j.Pending() {
+		t.Fatal("pending after the next commit")
 	}
 }

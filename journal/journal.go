@@ -24,6 +24,12 @@ var (
 	// ErrBadJournal: the journal header is not a journal (bad magic), or a
 	// committed transaction fails its checksum. The pool needs fsck.
 	ErrBadJournal = errors.New("journal damaged")
+	// ErrCommitPanicked: the leader committing a batch panicked (a bug,
+	// or an injected crash) and the other Commits of the batch return
+	// this. Whether the batch passed its commit point is unknown; the
+	// journal settles before the next batch, which applies it if it did,
+	// as a remount would.
+	ErrCommitPanicked = errors.New("journal: committing the batch panicked")
 )
 
 // Journal is the DRAM handle of the journal region.
@@ -313,23 +319,32 @@ func (j *Journal) lead(self *Tx) {
 	j.queue = j.queue[:copy(j.queue, j.queue[n:])]
 	clear(j.queue[len(j.queue):queued])
 	j.qmu.Unlock()
-	err := j.commitLocked(j.batch, size)
-	for _, tx := range j.batch {
-		tx.err = err
-		if tx != self {
-			tx.wake <- false
+	err, returned := ErrCommitPanicked, false
+	defer func() {
+		if !returned {
+			// A panic, which the FUSE layer turns into EIO for this
+			// caller and goes on: the journal must not stay locked, nor
+			// the others wait for ever.
+			j.unsettled = true
 		}
-	}
-	clear(j.batch)
-	j.mu.Unlock()
-
-	j.qmu.Lock()
-	if len(j.queue) > 0 {
-		j.queue[0].wake <- true
-	} else {
-		j.leading = false
-	}
-	j.qmu.Unlock()
+		for _, tx := range j.batch {
+			tx.err = err
+			if tx != self {
+				tx.wake <- false
+			}
+		}
+		clear(j.batch)
+		j.mu.Unlock()
+		j.qmu.Lock()
+		if len(j.queue) > 0 {
+			j.queue[0].wake <- true
+		} else {
+			j.leading = false
+		}
+		j.qmu.Unlock()
+	}()
+	err = j.commitLocked(j.batch, size)
+	returned = true
 }
 
 // commitLocked commits the transactions of batch (size bytes of records
