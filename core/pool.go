@@ -421,10 +421,12 @@ func (fs *FS) Statfs() StatFS {
 // StatsSnapshot returns the counters.
 func (fs *FS) StatsSnapshot() map[string]uint64 {
 	c, b := fs.j.Stats()
+	bs := fs.j.Batches()
 	return map[string]uint64{
 		"reads": fs.stats.Reads.Load(), "writes": fs.stats.Writes.Load(),
 		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
 		"fsyncs": fs.stats.Fsyncs.Load(), "journal_commits": c, "journal_bytes": b,
+		"journal_batches": bs.Batches, "journal_largest_batch": bs.Largest,
 		"free_blocks":   fs.alloc.Free(),
 		"pending_files": uint64(fs.PendingFiles()), "committed_by_interval": fs.stats.Commits.Load(),
 	}

@@ -1,9 +1,11 @@
 package journal
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -22,6 +24,12 @@ var (
 	// ErrBadJournal: the journal header is not a journal (bad magic), or a
 	// committed transaction fails its checksum. The pool needs fsck.
 	ErrBadJournal = errors.New("journal damaged")
+	// ErrCommitPanicked: the leader committing a batch panicked (a bug,
+	// or an injected crash) and the other Commits of the batch return
+	// this. Whether the batch passed its commit point is unknown; the
+	// journal settles before the next batch, which applies it if it did,
+	// as a remount would.
+	ErrCommitPanicked = errors.New("journal: committing the batch panicked")
 )
 
 // Journal is the DRAM handle of the journal region.
@@ -30,12 +38,23 @@ type Journal struct {
 	start  format.Off // first byte of the region
 	length int64      // bytes in the region
 
-	mu        sync.Mutex // serialises transactions; DESIGN.md §Lock order
+	mu        sync.Mutex // serialises batches (and Replay, Settle, Discard); DESIGN.md §Lock order
 	seq       uint64
-	unsettled bool // a persist of the header failed; see the package comment
+	unsettled bool     // a persist of the header failed; see the package comment
+	batch     []*Tx    // the batch being committed (mu)
+	recs      []record // its records, concatenated (mu)
+	flushes   []span   // its targets' ranges, merged for step 3 (mu)
+
+	// Group commit (see the package comment): Commit calls queue here
+	// while a leader commits; qmu is a leaf lock.
+	qmu     sync.Mutex
+	queue   []*Tx
+	leading bool // a leader is committing or has been handed the queue
 
 	commits atomic.Uint64
 	bytes   atomic.Uint64
+	batches atomic.Uint64
+	largest atomic.Uint64
 }
 
 // Format writes an empty journal.
@@ -161,14 +180,44 @@ func (j *Journal) decodeLocked(seq uint64) ([]record, error) {
 	return recs, nil
 }
 
-// applyLocked stores every record at its target and persists them all,
-// returning the first flush failure (after trying every record).
+// span is a byte range of the pool [off, end).
+type span struct{ off, end int64 }
+
+// applyLocked stores every record at its target (in order: a later record
+// wins where they overlap) and persists them all, returning the first
+// flush failure (after trying every range). Ranges that overlap or share a
+// block are flushed as one: on an emulated pool each Flush is an msync,
+// and a batch's records crowd into few blocks (neighbouring inode slots,
+// one directory's blocks). A block holding a record is metadata only the
+// journal stores into, so flushing the bytes between two records of it
+// writes back nothing another thread is changing.
 func (j *Journal) applyLocked(recs []record) error {
 	b := j.m.Bytes()
-	var first error
+	fl := j.flushes[:0]
 	for _, r := range recs {
 		copy(b[r.Off:], r.Data)
-		if err := j.m.Flush(int64(r.Off), int64(len(r.Data))); err != nil && first == nil {
+		if len(r.Data) > 0 {
+			fl = append(fl, span{int64(r.Off), int64(r.Off) + int64(len(r.Data))})
+		}
+	}
+	if len(fl) > 1 {
+		slices.SortFunc(fl, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+		n := 0
+		for _, s := range fl[1:] {
+			last := &fl[n]
+			if s.off <= last.end || s.off/format.BlockSize == (last.end-1)/format.BlockSize {
+				last.end = max(last.end, s.end)
+				continue
+			}
+			n++
+			fl[n] = s
+		}
+		fl = fl[:n+1]
+	}
+	j.flushes = fl[:0]
+	var first error
+	for _, s := range fl {
+		if err := j.m.Flush(s.off, s.end-s.off); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -192,6 +241,10 @@ type Tx struct {
 	j    *Journal
 	recs []record
 	size int
+
+	// Set while the transaction waits in the queue (Journal.qmu).
+	wake chan bool // true: lead the next batch; false: done, see err
+	err  error     // the batch's result, written before wake
 }
 
 // Begin starts a transaction.
@@ -214,6 +267,11 @@ func (tx *Tx) Empty() bool { return len(tx.recs) == 0 }
 // returns nil, every record is in place and durable (on the media, or in
 // the journal for Replay to finish if the apply step's persist failed).
 // After an error nothing of the transaction is applied.
+//
+// Concurrent Commits share one journal transaction (group commit, see the
+// package comment): a Commit arriving while another batch is being
+// committed waits for it and is committed with the others that arrived
+// meanwhile; one arriving at an idle journal commits at once, alone.
 func (tx *Tx) Commit() error {
 	if len(tx.recs) == 0 {
 		return nil
@@ -222,20 +280,97 @@ func (tx *Tx) Commit() error {
 	if tx.size > j.Capacity() {
 		return fmt.Errorf("%w: %d bytes, journal holds %d", ErrTooLarge, tx.size, j.Capacity())
 	}
+	j.qmu.Lock()
+	j.queue = append(j.queue, tx)
+	if j.leading {
+		// Wait for a leader to commit us, or to hand us the lead.
+		tx.wake = make(chan bool, 1)
+		j.qmu.Unlock()
+		if lead := <-tx.wake; !lead {
+			return tx.err
+		}
+	} else {
+		j.leading = true
+		j.qmu.Unlock()
+	}
+	j.lead(tx)
+	return tx.err
+}
+
+// lead commits one batch as the leader: the longest prefix of the queue
+// that fits the transaction area. self is at the queue's head (whoever
+// takes the lead is: the queue was empty, or the lead was handed to its
+// first transaction), and fits alone, so the batch carries it. Then the
+// lead goes to the first transaction still queued, if any, so that no
+// caller commits others' batches for long.
+func (j *Journal) lead(self *Tx) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.qmu.Lock()
+	n, size := 0, 0
+	for _, tx := range j.queue {
+		if size+tx.size > j.Capacity() {
+			break
+		}
+		size += tx.size
+		n++
+	}
+	j.batch = append(j.batch[:0], j.queue[:n]...)
+	queued := len(j.queue)
+	j.queue = j.queue[:copy(j.queue, j.queue[n:])]
+	clear(j.queue[len(j.queue):queued])
+	j.qmu.Unlock()
+	err, returned := ErrCommitPanicked, false
+	defer func() {
+		if !returned {
+			// A panic, which the FUSE layer turns into EIO for this
+			// caller and goes on: the journal must not stay locked, nor
+			// the others wait for ever.
+			j.unsettled = true
+		}
+		for _, tx := range j.batch {
+			tx.err = err
+			if tx != self {
+				tx.wake <- false
+			}
+		}
+		clear(j.batch)
+		j.mu.Unlock()
+		j.qmu.Lock()
+		if len(j.queue) > 0 {
+			j.queue[0].wake <- true
+		} else {
+			j.leading = false
+		}
+		j.qmu.Unlock()
+	}()
+	err = j.commitLocked(j.batch, size)
+	returned = true
+}
+
+// commitLocked commits the transactions of batch (size bytes of records
+// in all) as one journal transaction, their records in batch order.
+func (j *Journal) commitLocked(batch []*Tx, size int) error {
 	if j.unsettled {
 		if err := j.settleLocked(); err != nil {
 			return fmt.Errorf("journal unsettled since an earlier persist failure: %w", err)
 		}
 	}
+	recs := batch[0].recs
+	if len(batch) > 1 {
+		j.recs = j.recs[:0]
+		for _, tx := range batch {
+			j.recs = append(j.recs, tx.recs...)
+		}
+		recs = j.recs
+		defer clear(j.recs)
+	}
 	j.seq++
 	seq := j.seq
-	area := j.region()[format.BlockSize : format.BlockSize+format.TxHeader+tx.size]
-	format.EncodeTx(area, seq, tx.recs)
+	area := j.region()[format.BlockSize : format.BlockSize+format.TxHeader+size]
+	format.EncodeTx(area, seq, recs)
 	// Step 1: the records are durable before the commit word names them.
 	if err := j.m.Persist(int64(j.start)+format.BlockSize, int64(len(area))); err != nil {
-		return fmt.Errorf("journal transaction %d: persisting its records: %w", seq, err)
+		return fmt.Errorf("journal transaction %d (%d in the batch): persisting its records: %w", seq, len(batch), err)
 	}
 	// Step 2: the commit point, one aligned 8-byte store.
 	atomic.StoreUint64(j.commitWord(), seq)
@@ -245,20 +380,36 @@ func (tx *Tx) Commit() error {
 		if rerr := j.retireLocked(); rerr != nil {
 			j.unsettled = true
 		}
-		return fmt.Errorf("journal transaction %d: persisting its commit word: %w", seq, err)
+		return fmt.Errorf("journal transaction %d (%d in the batch): persisting its commit word: %w", seq, len(batch), err)
 	}
 	// Step 3 and 4. The transaction is durable now (Replay finishes it),
 	// so a failure here leaves the journal for the next Commit to settle.
-	if err := j.applyLocked(tx.recs); err != nil {
+	if err := j.applyLocked(recs); err != nil {
 		j.unsettled = true
 	} else if err := j.retireLocked(); err != nil {
 		j.unsettled = true
 	}
-	j.commits.Add(1)
-	j.bytes.Add(uint64(tx.size))
+	j.commits.Add(uint64(len(batch)))
+	j.bytes.Add(uint64(size))
+	j.batches.Add(1)
+	if n := uint64(len(batch)); n > j.largest.Load() {
+		j.largest.Store(n) // only the leader, under mu, stores it
+	}
 	return nil
 }
 
 // Stats returns the number of committed transactions and their payload
 // bytes since Open.
 func (j *Journal) Stats() (commits, bytes uint64) { return j.commits.Load(), j.bytes.Load() }
+
+// BatchStats says how far group commit shared the journal's persists
+// since Open: Stats' commits divided by Batches is the batching factor.
+type BatchStats struct {
+	Batches uint64 // journal transactions committed, each paying the four persist points once
+	Largest uint64 // callers' transactions in the largest of them
+}
+
+// Batches returns the group-commit counters.
+func (j *Journal) Batches() BatchStats {
+	return BatchStats{Batches: j.batches.Load(), Largest: j.largest.Load()}
+}
