@@ -1,6 +1,7 @@
 package core
 
 import (
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -63,28 +64,53 @@ func (fs *FS) CommitPending() error {
 		list = append(list, in)
 	}
 	fs.pmu.Unlock()
-	var first error
+	// Several files at once: their flushes overlap, and their
+	// transactions share journal batches (journal's group commit).
+	var (
+		wg    sync.WaitGroup
+		emu   sync.Mutex
+		first error
+		sem   = make(chan struct{}, commitParallel)
+	)
 	for _, in := range list {
-		in.mu.Lock()
-		var err error
-		if in.metaDirty && in.d.Nlink > 0 {
-			c := fs.begin()
-			c.putInode(in, in.d)
-			err = c.commit()
-		}
-		logIt := err != nil && !in.commitFailed
-		in.commitFailed = err != nil
-		in.mu.Unlock()
-		if logIt {
-			fs.log.Error("committing a file's size and blocks failed; it stays as last committed on media until a commit succeeds (fsync reports the error; retried every commit interval)",
-				zap.Uint64("ino", uint64(in.Ino)), zap.String("path", fs.PathOf(in)), zap.Error(err))
-		}
-		if err != nil && first == nil {
-			first = err
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fs.commitPending(in); err != nil {
+				emu.Lock()
+				if first == nil {
+					first = err
+				}
+				emu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	fs.stats.Commits.Add(uint64(len(list)))
 	return first
+}
+
+// commitParallel bounds the files CommitPending commits at once.
+const commitParallel = 8
+
+// commitPending commits one file's delayed writes, if it still has any.
+func (fs *FS) commitPending(in *Inode) error {
+	in.mu.Lock()
+	var err error
+	if in.metaDirty && in.d.Nlink > 0 {
+		c := fs.begin()
+		c.putInode(in, in.d)
+		err = c.commit()
+	}
+	logIt := err != nil && !in.commitFailed
+	in.commitFailed = err != nil
+	in.mu.Unlock()
+	if logIt {
+		fs.log.Error("committing a file's size and blocks failed; it stays as last committed on media until a commit succeeds (fsync reports the error; retried every commit interval)",
+			zap.Uint64("ino", uint64(in.Ino)), zap.String("path", fs.PathOf(in)), zap.Error(err))
+	}
+	return err
 }
 
 // PendingFiles is the number of files with writes not committed yet.
