@@ -160,3 +160,37 @@ func TestDelayedCommitOrphan(t *testing.T) {
 		t.Fatalf("%d pending files after the orphan was freed", n)
 	}
 }
+
+// A write removes file capabilities, as the kernel's file_remove_privs
+// does for every writer (xfstests generic/093); other xattrs stay.
+func TestWriteRemovesCapabilities(t *testing.T) {
+	fs, rec := recPool(t, Options{CommitInterval: -1})
+	in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capv := []byte{1, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := fs.Setxattr(in, xattrCapability, capv, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Setxattr(in, "trusted.name", []byte("kept"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Write(in, 0, []byte("data1\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Getxattr(in, xattrCapability); err != ErrNoAttr {
+		t.Fatalf("security.capability after a write: %v, want ErrNoAttr", err)
+	}
+	if v, err := fs.Getxattr(in, "trusted.name"); err != nil || string(v) != "kept" {
+		t.Fatalf("trusted.name after a write: %q, %v", v, err)
+	}
+	// Durable with the write's transaction.
+	cfs, _, err := Open(pmem.NewRecorder(rec.Image(rec.Fences())), Options{CommitInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfs.Getxattr(cfs.Inode(in.Ino), xattrCapability); err != ErrNoAttr {
+		t.Fatalf("crash image: security.capability: %v, want ErrNoAttr", err)
+	}
+}

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -169,6 +170,10 @@ func (fs *FS) zeroPool(off, n int64) error {
 	}
 	return nil
 }
+
+// xattrCapability holds a file's capabilities; a write removes it, as the
+// kernel's file_remove_privs does.
+const xattrCapability = "security.capability"
 
 // Write stores data at off (at the end of file when appendMode) and
 // returns the number of bytes written.
@@ -351,16 +356,28 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		}
 		in.d.Size = max(uint64(end), in.d.Size)
 	}
+	// The kernel's file_remove_privs, which direct-I/O writes leave to
+	// us: setuid/setgid for a caller without CAP_FSETID, and file
+	// capabilities (security.capability) for any writer.
+	nd := in.d
 	if cr != nil {
-		if mode := cr.afterData(in.d.Mode, in.d.GID); mode != in.d.Mode {
-			nd := in.d
-			nd.Mode = mode
-			c.putInode(in, nd)
-			if err := c.commit(); err != nil {
+		nd.Mode = cr.afterData(in.d.Mode, in.d.GID)
+	}
+	capAt := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == xattrCapability })
+	if nd.Mode != in.d.Mode || capAt >= 0 {
+		if capAt >= 0 {
+			nd.Ctime = now
+			if err := c.stageXattrsLocked(in, &nd, slices.Delete(slices.Clone(in.xattrs), capAt, capAt+1)); err != nil {
+				c.abort()
 				in.mu.Unlock()
 				return 0, false, err
 			}
-			killed = true
+		}
+		killed = nd.Mode != in.d.Mode
+		c.putInode(in, nd)
+		if err := c.commit(); err != nil {
+			in.mu.Unlock()
+			return 0, false, err
 		}
 	}
 	in.mu.Unlock()
