@@ -142,7 +142,7 @@ declare -A RATIO
 put() { V[$1]+="$2 "; }
 ratio() { RATIO[$1]+="$(awk "BEGIN{printf \"%.3f\", $2/$3}") "; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-range() { tr ' ' '\n' | grep . | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {if (NR > 1) printf "%s..%s", lo, hi}'; }
+range() { tr ' ' '\n' | grep . | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {if (NR > 1) printf "(%.2f..%.2f)", lo, hi}'; }
 
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) CPUs, fio $(fio --version | sed 's/fio-//'), dnnfs $(git -C $REPO rev-parse --short HEAD)$(git -C $REPO diff --quiet HEAD -- . || echo +dirty)"
 echo "# disk: $D on $FSTYPE ($(findmnt -no SOURCE -T "$D")); sizes ${SIZE} MiB, timed runs ${RT} s, $RUNS run(s)"
@@ -212,11 +212,11 @@ for jobs in 1 4; do printf "%-44s %12.0f %12.0f\n" "random 4 KiB writes, $jobs j
 
 echo
 echo "## goals of issue #14 (ratio: median of per-run ratios$([ $RUNS -gt 1 ] && echo ', min..max'))"
-printf "| %-58s | %-16s | %-6s | %-4s |\n" goal measured goal met
-printf "|%s|%s|%s|%s|\n" "$(printf -- '-%.0s' {1..60})" "$(printf -- '-%.0s' {1..18})" "--------" "------"
+printf "| %-58s | %-18s | %-6s | %-4s |\n" goal measured goal met
+printf "|%s|%s|%s|%s|\n" "$(printf -- '-%.0s' {1..60})" "$(printf -- '-%.0s' {1..20})" "--------" "------"
 row() { # name key goal
   local med; med=$(echo ${RATIO[$2]} | median)
-  printf "| %-58s | %-16s | ≥ %-4s | %-4s |\n" "$1" "$(printf '%.2fx' $med) $(echo ${RATIO[$2]} | range)" "$3" \
+  printf "| %-58s | %-18s | ≥ %-4s | %-4s |\n" "$1" "$(printf '%.2fx' $med) $(echo ${RATIO[$2]} | range)" "$3" \
     "$(awk "BEGIN{print ($med >= $3) ? \"yes\" : \"no\"}")"
 }
 for fs in 0 64; do for jobs in 1 4; do for prep in truncate fallocate; do
@@ -233,5 +233,5 @@ for sys in disk shm; do for bs in 4 4k; do
   row "append / overwrite, $(bsname $bs), $sys pool" app,$sys,$bs 0.8
 done; done
 for bs in 4 4k; do
-  printf "| %-58s | %-16s | %-6s | %-4s |\n" "(reference) append / overwrite, $(bsname $bs), $FSTYPE natively" "$(printf '%.2fx' $(echo ${RATIO[app,nat,$bs]} | median))" - -
+  printf "| %-58s | %-18s | %-6s | %-4s |\n" "(reference) append / overwrite, $(bsname $bs), $FSTYPE natively" "$(printf '%.2fx' $(echo ${RATIO[app,nat,$bs]} | median))" - -
 done

@@ -49,6 +49,11 @@ type params struct {
 
 	CkptBytes   int64 `json:"checkpoint_bytes"`
 	CkptThreads []int `json:"checkpoint_threads"`
+
+	FreshBytes int64  `json:"fresh_bytes"`    // the file of the fresh-write phase
+	AppendTime string `json:"append_runtime"` // each append/overwrite measurement
+	AppendCap  int64  `json:"append_cap"`     // an append run also stops at this size
+	appendTime time.Duration
 }
 
 func newParams(o options) params {
@@ -73,6 +78,9 @@ func newParams(o options) params {
 		},
 		CkptBytes:   2 * GiB,
 		CkptThreads: []int{1, 4},
+		FreshBytes:  1 * GiB,
+		appendTime:  3 * time.Second,
+		AppendCap:   512 * MiB,
 	}
 	if o.quick {
 		p.Mode = "quick"
@@ -87,6 +95,9 @@ func newParams(o options) params {
 		p.Personalities[2].Files = 1000
 		p.Personalities[2].Describe = "1000 files of 16–256 KiB, 16 KiB random I/O, read:write 1:10"
 		p.CkptBytes = 256 * MiB
+		p.FreshBytes = 256 * MiB
+		p.appendTime = time.Second
+		p.AppendCap = 128 * MiB
 	}
 	if o.runs > 0 {
 		p.Runs = o.runs
@@ -94,6 +105,7 @@ func newParams(o options) params {
 	p.FioTime = p.fioTime.String()
 	p.ColdCap = p.coldCap.String()
 	p.PersTime = p.persTime.String()
+	p.AppendTime = p.appendTime.String()
 	return p
 }
 
@@ -134,7 +146,7 @@ func (p params) persData(ps personality) int64 {
 
 // tmpfsSize bounds our tmpfs mount: the largest phase's data, with room.
 func (p params) tmpfsSize() int64 {
-	n := max(p.matrixData(), 2*p.CkptBytes)
+	n := max(p.matrixData(), 2*p.CkptBytes, p.FreshBytes, p.AppendCap+64*MiB)
 	for _, ps := range p.Personalities {
 		n = max(n, p.persData(ps))
 	}
@@ -158,6 +170,10 @@ func (p params) count(systems int, phases []string) int {
 			n += len(p.Personalities) * len(p.Threads)
 		case "checkpoint":
 			n += len(p.CkptThreads) * 3
+		case "fresh":
+			n += 2 * 2 * len(freshFsyncs)
+		case "append":
+			n += 2 * len(appendSizes)
 		}
 	}
 	return n * systems * p.Runs
@@ -188,6 +204,10 @@ func (p params) estimate(systems int, phases []string) time.Duration {
 			}
 		case "checkpoint":
 			per += gib(int64(len(p.CkptThreads)*3+1)*p.CkptBytes) + time.Duration(len(p.CkptThreads))*remount
+		case "fresh": // a new file system each; the disk systems are slower
+			per += time.Duration(2*2*len(freshFsyncs)) * (proc + remount + 2*gib(p.FreshBytes))
+		case "append":
+			per += remount + gib(64*MiB) + time.Duration(2*len(appendSizes))*(proc+p.appendTime)
 		}
 	}
 	return per * time.Duration(systems*p.Runs)
