@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"]
 # Series must be told apart in grey print too: besides the colour each has
@@ -19,7 +20,7 @@ SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk
 # lightness.
 STYLE = {
     "tmpfs": dict(color="#222222", marker="s", linestyle="-", label="tmpfs"),
-    "loopback": dict(color="#9ecae1", marker="^", linestyle=":", label="go-fuse loopback"),
+    "loopback": dict(color="#6baed6", marker="^", linestyle=":", label="go-fuse loopback"),
     "dnnfs-range": dict(color="#d62728", marker="o", linestyle="-", label="dnnfs --lock=range"),
     "dnnfs-file": dict(color="#fdae6b", marker="D", linestyle="--", label="dnnfs --lock=file"),
     "disk": dict(color="#636363", marker="v", linestyle="-.", label="disk fs (native)"),
@@ -33,6 +34,9 @@ def yscale(ax, values):
     v = [x for x in values if x and x > 0]
     if v and max(v) / min(v) > 10:
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: "%g" % y))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
     else:
         ax.set_ylim(bottom=0)
 
@@ -206,7 +210,7 @@ def main():
             groups.append(("%s\n%d job(s)\nfsync %s" % (c["prep"] + "d", c["jobs"], sync), c["id"]))
         bars(ax, groups, present, point)
         ax.set_ylabel("MiB/s")
-        ax.legend(fontsize=8, ncol=3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.set_title("writes into a new %s file, 1 MiB writes (a new file system each)" % size_name(res["params"]["fresh_bytes"]))
         fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -218,7 +222,7 @@ def main():
         fig, ax = plt.subplots(figsize=(10, 4.5))
         bars(ax, [("%s %s" % (size_name(c["bs"]), c["op"]), c["id"]) for c in app], present, point)
         ax.set_ylabel("writes/s")
-        ax.legend(fontsize=8, ncol=3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.set_title("size-extending appends vs overwrites, 1 job")
         fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
