@@ -10,8 +10,7 @@
 # natively in the pool's directory, for reference.
 #   usage: [QUICK=1] [POOL=disk|shm] [DISKDIR=/var/tmp] [BIN=path/to/dnnfs] tests/bench/save.sh [SIZE_GIB]
 # POOL defaults to disk when DISKDIR has room for the pool (SIZE + 2 GiB) and
-# the native copy,
-# else shm. QUICK=1 writes 2 GiB.
+# the native copy, else shm. QUICK=1 writes 2 GiB.
 set -euo pipefail
 QUICK=${QUICK:-0}
 SIZE=${1:-$([ "$QUICK" = 1 ] && echo 2 || echo 8)} # GiB
