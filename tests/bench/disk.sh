@@ -55,7 +55,7 @@ if [ -z "${BIN:-}" ]; then
 fi
 go build -o $W/bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
 LOOP=$W/bin/loopback
-FSTYPE=$(findmnt -no FSTYPE -T "$D" || stat -f -c %T "$D")
+FSTYPE=$(findmnt -no FSTYPE -T "$D" | tail -1) # the last: the visible one of stacked mounts
 
 # mountfs SYS: SYS is disk or shm (a fresh dnnfs pool there) or loopback
 # (over $W/tmpfs/lsrc); sets MNT to where the files go.
@@ -145,7 +145,7 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {if (NR) print (
 range() { tr ' ' '\n' | grep . | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {if (NR > 1) printf "(%.2f..%.2f)", lo, hi}'; }
 
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) CPUs, fio $(fio --version | sed 's/fio-//'), dnnfs $(git -C $REPO rev-parse --short HEAD)$(git -C $REPO diff --quiet HEAD -- . || echo +dirty)"
-echo "# disk: $D on $FSTYPE ($(findmnt -no SOURCE -T "$D")); sizes ${SIZE} MiB, timed runs ${RT} s, $RUNS run(s)"
+echo "# disk: $D on $FSTYPE ($(findmnt -no SOURCE -T "$D" | tail -1)); sizes ${SIZE} MiB, timed runs ${RT} s, $RUNS run(s)"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq $RUNS); do
   echo "run $run/$RUNS: a, b (disk pool vs $FSTYPE)" >&2

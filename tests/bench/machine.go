@@ -57,7 +57,9 @@ func probeMachine(ctx context.Context, b *Bench) machineInfo {
 	m.Go = output(ctx, b.repo, "go", "env", "GOVERSION")
 	m.Commit = output(ctx, b.repo, "git", "describe", "--always", "--dirty")
 	if b.diskW != "" {
-		m.DiskFS = strings.Join(strings.Fields(output(ctx, "", "findmnt", "-no", "FSTYPE,SOURCE", "-T", b.diskW)), " on ")
+		// The last line: of stacked mounts, the visible one.
+		lines := strings.Split(output(ctx, "", "findmnt", "-no", "FSTYPE,SOURCE", "-T", b.diskW), "\n")
+		m.DiskFS = strings.Join(strings.Fields(lines[len(lines)-1]), " on ")
 	}
 	m.LoadStart = loadavg()
 	m.FusePassthrough = kernelConfig("CONFIG_FUSE_PASSTHROUGH")

@@ -67,7 +67,7 @@ stat_cpu() { local st; st=$(cat /proc/$DPID/stat); st=${st##*) }; set -- $st; ec
 truncate -s ${SIZE}G $W/mnt/ckpt
 sync
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) CPUs, fio $(fio --version | sed 's/fio-//'), dnnfs $(git -C $REPO rev-parse --short HEAD)$(git -C $REPO diff --quiet HEAD -- . || echo +dirty)"
-echo "# pool: ${PSIZE} GiB in $P ($(findmnt -no FSTYPE -T "$P")); save: ${SIZE} GiB, 4 jobs, 1 MiB psync writes into a truncated file, end_fsync"
+echo "# pool: ${PSIZE} GiB in $P ($(findmnt -no FSTYPE -T "$P" | tail -1)); save: ${SIZE} GiB, 4 jobs, 1 MiB psync writes into a truncated file, end_fsync"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 sample >$W/samples &
 SPID=$!
