@@ -151,7 +151,7 @@ func run(o options) error {
 	if o.dryRun {
 		p := newParams(o)
 		phases := strings.Split(o.phases, ",")
-		n := len(strings.Split(o.systems, ","))
+		n := countSystems(strings.Split(o.systems, ","))
 		js, _ := json.MarshalIndent(p, "", "  ")
 		fmt.Printf("%s\n%d measurements, about %s on an idle 2-core machine (plus builds and micro-benchmarks)\n",
 			js, p.count(n, phases), p.estimate(n, phases).Round(time.Second))
@@ -325,7 +325,12 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 			phases = append(phases, ph)
 		}
 	}
-	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(len(systems), phases), b.p.estimate(len(systems), phases).Round(time.Minute))
+	var names []string
+	for _, s := range systems {
+		names = append(names, s.Name)
+	}
+	sc := countSystems(names)
+	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(sc, phases), b.p.estimate(sc, phases).Round(time.Minute))
 	for run := 0; run < b.p.Runs; run++ {
 		for _, ph := range phases {
 			for i := range systems {
@@ -370,6 +375,21 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 		b.runMicro(ctx)
 	}
 	return ctx.Err()
+}
+
+// countSystems sorts system names into the in-memory and the disk ones.
+func countSystems(names []string) systemCount {
+	var sc systemCount
+	for _, n := range names {
+		switch n = strings.TrimSpace(n); n {
+		case "":
+		case "disk", "dnnfs-disk":
+			sc.disk++
+		default:
+			sc.mem++
+		}
+	}
+	return sc
 }
 
 func (b *Bench) systems() []*System {

@@ -29,7 +29,7 @@ type personality struct {
 }
 
 // params are the sizes of one mode. Full mode is sized to finish in about
-// 30 minutes on an idle 2-core machine; quick mode in under 5.
+// 40 minutes on an idle 2-core machine; quick mode in under 5.
 type params struct {
 	Mode string `json:"mode"`
 	Runs int    `json:"runs"`
@@ -159,10 +159,22 @@ func poolSize(data int64) int64 {
 	return (n + MiB - 1) / MiB * MiB
 }
 
-// count returns how many measurements one run of everything takes.
-func (p params) count(systems int, phases []string) int {
-	n := 0
+// systemCount is how many systems of each sort a run measures: the disk
+// systems run only the fresh and append phases, the others every phase.
+type systemCount struct{ mem, disk int }
+
+func (sc systemCount) of(phase string) int {
+	if phase == "fresh" || phase == "append" {
+		return sc.mem + sc.disk
+	}
+	return sc.mem
+}
+
+// count returns how many measurements the runs of everything take.
+func (p params) count(sc systemCount, phases []string) int {
+	total := 0
 	for _, ph := range phases {
+		n := 0
 		switch ph {
 		case "fio":
 			n += len(p.Groups) * len(p.Blocks) * 2 * 3 // writes: seq+rand; reads: seq+rand, cold+warm
@@ -175,17 +187,19 @@ func (p params) count(systems int, phases []string) int {
 		case "append":
 			n += 2 * len(appendSizes)
 		}
+		total += n * sc.of(ph)
 	}
-	return n * systems * p.Runs
+	return total * p.Runs
 }
 
 // estimate guesses the wall time on an idle 2-core machine from the sizes
 // (about 0.3 s to start a fio, 0.3 s to remount, 1 GiB/s through FUSE).
-func (p params) estimate(systems int, phases []string) time.Duration {
+func (p params) estimate(sc systemCount, phases []string) time.Duration {
 	const proc, remount = 300 * time.Millisecond, 300 * time.Millisecond
 	gib := func(n int64) time.Duration { return time.Duration(float64(n) / float64(GiB) * float64(time.Second)) }
-	var per time.Duration // one run on one system
+	var total time.Duration
 	for _, ph := range phases {
+		var per time.Duration // one run of the phase on one system
 		switch ph {
 		case "fio":
 			nb := time.Duration(len(p.Blocks))
@@ -209,6 +223,7 @@ func (p params) estimate(systems int, phases []string) time.Duration {
 		case "append":
 			per += remount + gib(64*MiB) + time.Duration(2*len(appendSizes))*(proc+p.appendTime)
 		}
+		total += per * time.Duration(sc.of(ph))
 	}
-	return per * time.Duration(systems*p.Runs)
+	return total * time.Duration(p.Runs)
 }
