@@ -79,12 +79,14 @@ test: deps vet build unit fuzz
 
 # bench measures dnnfs against native tmpfs and go-fuse's loopback example
 # (fio matrix, Filebench-like personalities, checkpoint save/load, Go
-# micro-benchmarks) and regenerates docs/BENCHMARKS.md and docs/bench/.
-# Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per configuration;
-# PROFILE=1: CPU profiles of dnnfs where it is furthest behind tmpfs.
+# micro-benchmarks; and, for issue #14, a pool on disk vs the disk's file
+# system, appends vs overwrites) and regenerates docs/BENCHMARKS.md and
+# docs/bench/. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
+# configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
+# behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp).
 bench:
 	$(GO) build -o bin/bench ./tests/bench
-	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" ./bin/bench
+	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" ./bin/bench
 	$(MAKE) bench-dlrm
 
 # bench-dlrm: the synthetic DLRM workload on the SSD tier (issue #6):

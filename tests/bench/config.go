@@ -18,8 +18,10 @@ type Config struct {
 	Temp    string `json:"temp,omitempty"` // cold, warm (reads)
 	Pers    string `json:"personality,omitempty"`
 	Threads int    `json:"threads,omitempty"`
-	Op      string `json:"op,omitempty"` // checkpoint: save, load-cold, load-warm
-	Unit    string `json:"unit"`         // MiB/s or IOPS
+	Op      string `json:"op,omitempty"`    // checkpoint: save, load-cold, load-warm; append: append, overwrite
+	Prep    string `json:"prep,omitempty"`  // fresh: truncate or fallocate (how the file got its size)
+	Fsync   int    `json:"fsync,omitempty"` // fresh: fsync every this many 1 MiB writes (0: only at the end)
+	Unit    string `json:"unit"`            // MiB/s, IOPS or writes/s
 }
 
 func fioConfig(g group, bs int64, rw, temp string) Config {
@@ -51,6 +53,14 @@ func (c Config) Title() string {
 		return fmt.Sprintf("%s, %d thread(s)", c.Pers, c.Threads)
 	case "checkpoint":
 		return fmt.Sprintf("checkpoint %s, %d thread(s)", c.Op, c.Threads)
+	case "fresh":
+		sync := "fsync at the end"
+		if c.Fsync > 0 {
+			sync = fmt.Sprintf("fsync every %d MiB", c.Fsync)
+		}
+		return fmt.Sprintf("write into a %sd file, %d job(s), %s", c.Prep, c.Jobs, sync)
+	case "append":
+		return fmt.Sprintf("%s %s writes", sizeName(c.BS), c.Op)
 	}
 	return c.ID
 }

@@ -25,6 +25,7 @@ type machineInfo struct {
 	// y, go-fuse's loopback hands opened files to the kernel
 	// (FOPEN_PASSTHROUGH) and their reads and writes bypass its daemon.
 	FusePassthrough string `json:"fuse_passthrough"`
+	DiskFS          string `json:"disk_fs,omitempty"` // type and device of --disk-dir, when the disk systems ran
 	LoadStart       string `json:"loadavg_start"`
 	LoadEnd         string `json:"loadavg_end"`
 	Date            string `json:"date"`
@@ -55,6 +56,11 @@ func probeMachine(ctx context.Context, b *Bench) machineInfo {
 	m.Fio = output(ctx, "", "fio", "--version")
 	m.Go = output(ctx, b.repo, "go", "env", "GOVERSION")
 	m.Commit = output(ctx, b.repo, "git", "describe", "--always", "--dirty")
+	if b.diskW != "" {
+		// The last line: of stacked mounts, the visible one.
+		lines := strings.Split(output(ctx, "", "findmnt", "-no", "FSTYPE,SOURCE", "-T", b.diskW), "\n")
+		m.DiskFS = strings.Join(strings.Fields(lines[len(lines)-1]), " on ")
+	}
 	m.LoadStart = loadavg()
 	m.FusePassthrough = kernelConfig("CONFIG_FUSE_PASSTHROUGH")
 	return m

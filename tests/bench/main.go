@@ -5,6 +5,9 @@
 // Peers, all on this machine in the same run: native tmpfs (a tmpfs mount of
 // our own), go-fuse's loopback example over that tmpfs, dnnfs --lock=range
 // (the default) and dnnfs --lock=file. Pools and tmpfs live in /dev/shm.
+// For issue #14's goals two more: the file system of a disk (a directory
+// under --disk-dir, /var/tmp by default) and dnnfs with its pool in a file
+// there; they run only the fresh-write and append workloads.
 //
 // Workloads:
 //  1. fio matrix (the paper's, scaled): sequential/random read/write, 1, 2
@@ -13,11 +16,14 @@
 //     measured cold (first read after a remount) and warm.
 //  2. Filebench-like personalities as fio job files (tests/bench/fio/).
 //  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
+//  4. Fresh writes (into a truncated or fallocated file, fsync at the end or
+//     every 64 MiB) and appends vs overwrites of 4 B and 4 KiB (goals.go).
 //
 // It sets everything up itself (fio and matplotlib through apt-get when
 // missing, the binaries, the mounts) and unmounts everything on exit and on
 // Ctrl-C. Modes and knobs (flags, or the environment as `make bench` passes
-// it): QUICK=1 / --quick, RUNS=N / --runs, PROFILE=1 / --profile.
+// it): QUICK=1 / --quick, RUNS=N / --runs, PROFILE=1 / --profile,
+// DISKDIR=DIR / --disk-dir.
 package main
 
 import (
@@ -45,6 +51,7 @@ type options struct {
 	repo      string // repository root
 	out       string // docs directory
 	work      string // parent of the scratch directory (tmpfs)
+	diskDir   string // parent of the disk systems' scratch directory
 	systems   string // comma list, for debugging
 	phases    string // comma list: fio,personality,checkpoint
 	noInstall bool
@@ -57,6 +64,13 @@ func envBool(name string) bool {
 	return v != "" && v != "0" && !strings.EqualFold(v, "false") && !strings.EqualFold(v, "no")
 }
 
+func envOr(name, def string) string {
+	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
 func main() {
 	var o options
 	flag.BoolVar(&o.quick, "quick", envBool("QUICK"), "quick mode: small sizes, a subset of the matrix, 1 run (env QUICK=1)")
@@ -65,8 +79,9 @@ func main() {
 	flag.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
 	flag.StringVar(&o.out, "out", "", "output docs directory (default REPO/docs)")
 	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
-	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file", "systems to measure (debugging)")
-	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,micro", "workloads to run (debugging): fio, personality, checkpoint, micro (go test -bench)")
+	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
+	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
+	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, micro (go test -bench)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
 	flag.StringVar(&o.reportOf, "report-only", "", "regenerate docs/BENCHMARKS.md and the plots from this results.json, measuring nothing")
 	flag.BoolVar(&o.dryRun, "n", false, "print the plan (sizes, number of measurements, estimated time) and exit")
@@ -111,6 +126,7 @@ type Bench struct {
 	out     string
 	w       string // scratch directory
 	tmpfs   string // our tmpfs mount: native/ and loopback source live here
+	diskW   string // scratch directory on the disk (disk systems), or ""
 	binDir  string
 	dnnfs   string // daemon binary
 	loop    string // loopback binary
@@ -135,7 +151,7 @@ func run(o options) error {
 	if o.dryRun {
 		p := newParams(o)
 		phases := strings.Split(o.phases, ",")
-		n := len(strings.Split(o.systems, ","))
+		n := countSystems(strings.Split(o.systems, ","))
 		js, _ := json.MarshalIndent(p, "", "  ")
 		fmt.Printf("%s\n%d measurements, about %s on an idle 2-core machine (plus builds and micro-benchmarks)\n",
 			js, p.count(n, phases), p.estimate(n, phases).Round(time.Second))
@@ -228,6 +244,13 @@ func (b *Bench) setup(ctx context.Context) error {
 	b.mu.Lock()
 	b.mounted = append(b.mounted, b.tmpfs)
 	b.mu.Unlock()
+	if strings.Contains(","+b.o.systems+",", ",disk,") || strings.Contains(","+b.o.systems+",", ",dnnfs-disk,") {
+		d, err := os.MkdirTemp(b.o.diskDir, "dnnfs-bench.")
+		if err != nil {
+			return fmt.Errorf("scratch directory for the disk systems: %w", err)
+		}
+		b.diskW = d
+	}
 	b.machine = probeMachine(ctx, b)
 	return nil
 }
@@ -302,13 +325,21 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 			phases = append(phases, ph)
 		}
 	}
-	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(len(systems), phases), b.p.estimate(len(systems), phases).Round(time.Minute))
+	var names []string
+	for _, s := range systems {
+		names = append(names, s.Name)
+	}
+	sc := countSystems(names)
+	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(sc, phases), b.p.estimate(sc, phases).Round(time.Minute))
 	for run := 0; run < b.p.Runs; run++ {
 		for _, ph := range phases {
 			for i := range systems {
 				s := systems[(i+run)%len(systems)]
 				if ctx.Err() != nil {
 					return ctx.Err()
+				}
+				if s.onDisk() && ph != "fresh" && ph != "append" {
+					continue // the disk systems are there for issue #14's workloads only
 				}
 				b.logf("run %d/%d: %s on %s", run+1, b.p.Runs, ph, s.Name)
 				var err error
@@ -319,8 +350,12 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 					err = b.runPersonalities(ctx, s, run, nil)
 				case "checkpoint":
 					err = b.runCheckpoint(ctx, s, run, nil)
+				case "fresh":
+					err = b.runFresh(ctx, s, run, nil)
+				case "append":
+					err = b.runAppend(ctx, s, run, nil)
 				default:
-					return fmt.Errorf("unknown phase %q (want fio, personality, checkpoint, micro)", ph)
+					return fmt.Errorf("unknown phase %q (want fio, personality, checkpoint, fresh, append, micro)", ph)
 				}
 				if err != nil {
 					if ctx.Err() != nil {
@@ -340,6 +375,21 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 		b.runMicro(ctx)
 	}
 	return ctx.Err()
+}
+
+// countSystems sorts system names into the in-memory and the disk ones.
+func countSystems(names []string) systemCount {
+	var sc systemCount
+	for _, n := range names {
+		switch n = strings.TrimSpace(n); n {
+		case "":
+		case "disk", "dnnfs-disk":
+			sc.disk++
+		default:
+			sc.mem++
+		}
+	}
+	return sc
 }
 
 func (b *Bench) systems() []*System {
@@ -391,6 +441,9 @@ func (b *Bench) cleanup() {
 		} else {
 			b.logf("cleanup: something is still mounted under %s; leaving it", b.w)
 		}
+	}
+	if b.diskW != "" && strings.HasPrefix(b.diskW, b.o.diskDir) && !anyMountUnder(b.diskW) {
+		os.RemoveAll(b.diskW)
 	}
 }
 

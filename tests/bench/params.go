@@ -29,7 +29,7 @@ type personality struct {
 }
 
 // params are the sizes of one mode. Full mode is sized to finish in about
-// 30 minutes on an idle 2-core machine; quick mode in under 5.
+// 40 minutes on an idle 2-core machine; quick mode in under 5.
 type params struct {
 	Mode string `json:"mode"`
 	Runs int    `json:"runs"`
@@ -49,6 +49,11 @@ type params struct {
 
 	CkptBytes   int64 `json:"checkpoint_bytes"`
 	CkptThreads []int `json:"checkpoint_threads"`
+
+	FreshBytes int64  `json:"fresh_bytes"`    // the file of the fresh-write phase
+	AppendTime string `json:"append_runtime"` // each append/overwrite measurement
+	AppendCap  int64  `json:"append_cap"`     // an append run also stops at this size
+	appendTime time.Duration
 }
 
 func newParams(o options) params {
@@ -73,6 +78,9 @@ func newParams(o options) params {
 		},
 		CkptBytes:   2 * GiB,
 		CkptThreads: []int{1, 4},
+		FreshBytes:  1 * GiB,
+		appendTime:  3 * time.Second,
+		AppendCap:   512 * MiB,
 	}
 	if o.quick {
 		p.Mode = "quick"
@@ -87,6 +95,9 @@ func newParams(o options) params {
 		p.Personalities[2].Files = 1000
 		p.Personalities[2].Describe = "1000 files of 16–256 KiB, 16 KiB random I/O, read:write 1:10"
 		p.CkptBytes = 256 * MiB
+		p.FreshBytes = 256 * MiB
+		p.appendTime = time.Second
+		p.AppendCap = 128 * MiB
 	}
 	if o.runs > 0 {
 		p.Runs = o.runs
@@ -94,6 +105,7 @@ func newParams(o options) params {
 	p.FioTime = p.fioTime.String()
 	p.ColdCap = p.coldCap.String()
 	p.PersTime = p.persTime.String()
+	p.AppendTime = p.appendTime.String()
 	return p
 }
 
@@ -134,7 +146,7 @@ func (p params) persData(ps personality) int64 {
 
 // tmpfsSize bounds our tmpfs mount: the largest phase's data, with room.
 func (p params) tmpfsSize() int64 {
-	n := max(p.matrixData(), 2*p.CkptBytes)
+	n := max(p.matrixData(), 2*p.CkptBytes, p.FreshBytes, p.AppendCap+64*MiB)
 	for _, ps := range p.Personalities {
 		n = max(n, p.persData(ps))
 	}
@@ -147,10 +159,22 @@ func poolSize(data int64) int64 {
 	return (n + MiB - 1) / MiB * MiB
 }
 
-// count returns how many measurements one run of everything takes.
-func (p params) count(systems int, phases []string) int {
-	n := 0
+// systemCount is how many systems of each sort a run measures: the disk
+// systems run only the fresh and append phases, the others every phase.
+type systemCount struct{ mem, disk int }
+
+func (sc systemCount) of(phase string) int {
+	if phase == "fresh" || phase == "append" {
+		return sc.mem + sc.disk
+	}
+	return sc.mem
+}
+
+// count returns how many measurements the runs of everything take.
+func (p params) count(sc systemCount, phases []string) int {
+	total := 0
 	for _, ph := range phases {
+		n := 0
 		switch ph {
 		case "fio":
 			n += len(p.Groups) * len(p.Blocks) * 2 * 3 // writes: seq+rand; reads: seq+rand, cold+warm
@@ -158,18 +182,24 @@ func (p params) count(systems int, phases []string) int {
 			n += len(p.Personalities) * len(p.Threads)
 		case "checkpoint":
 			n += len(p.CkptThreads) * 3
+		case "fresh":
+			n += 2 * 2 * len(freshFsyncs)
+		case "append":
+			n += 2 * len(appendSizes)
 		}
+		total += n * sc.of(ph)
 	}
-	return n * systems * p.Runs
+	return total * p.Runs
 }
 
 // estimate guesses the wall time on an idle 2-core machine from the sizes
 // (about 0.3 s to start a fio, 0.3 s to remount, 1 GiB/s through FUSE).
-func (p params) estimate(systems int, phases []string) time.Duration {
+func (p params) estimate(sc systemCount, phases []string) time.Duration {
 	const proc, remount = 300 * time.Millisecond, 300 * time.Millisecond
 	gib := func(n int64) time.Duration { return time.Duration(float64(n) / float64(GiB) * float64(time.Second)) }
-	var per time.Duration // one run on one system
+	var total time.Duration
 	for _, ph := range phases {
+		var per time.Duration // one run of the phase on one system
 		switch ph {
 		case "fio":
 			nb := time.Duration(len(p.Blocks))
@@ -188,7 +218,12 @@ func (p params) estimate(systems int, phases []string) time.Duration {
 			}
 		case "checkpoint":
 			per += gib(int64(len(p.CkptThreads)*3+1)*p.CkptBytes) + time.Duration(len(p.CkptThreads))*remount
+		case "fresh": // a new file system each; the disk systems are slower
+			per += time.Duration(2*2*len(freshFsyncs)) * (proc + remount + 2*gib(p.FreshBytes))
+		case "append":
+			per += remount + gib(64*MiB) + time.Duration(2*len(appendSizes))*(proc+p.appendTime)
 		}
+		total += per * time.Duration(sc.of(ph))
 	}
-	return per * time.Duration(systems*p.Runs)
+	return total * time.Duration(p.Runs)
 }

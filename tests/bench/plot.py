@@ -12,14 +12,58 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file"]
+SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"]
+# Series must be told apart in grey print too: besides the colour each has
+# its own marker, line style and bar hatching, and the colours differ in
+# lightness.
 STYLE = {
-    "tmpfs": dict(color="#555555", marker="s", label="tmpfs"),
-    "loopback": dict(color="#1f77b4", marker="^", label="go-fuse loopback"),
-    "dnnfs-range": dict(color="#d62728", marker="o", label="dnnfs --lock=range"),
-    "dnnfs-file": dict(color="#ff7f0e", marker="D", label="dnnfs --lock=file", linestyle="--"),
+    "tmpfs": dict(color="#222222", marker="s", linestyle="-", label="tmpfs"),
+    "loopback": dict(color="#6baed6", marker="^", linestyle=":", label="go-fuse loopback"),
+    "dnnfs-range": dict(color="#d62728", marker="o", linestyle="-", label="dnnfs --lock=range"),
+    "dnnfs-file": dict(color="#fdae6b", marker="D", linestyle="--", label="dnnfs --lock=file"),
+    "disk": dict(color="#636363", marker="v", linestyle="-.", label="disk fs (native)"),
+    "dnnfs-disk": dict(color="#7f2704", marker="P", linestyle=(0, (5, 1, 1, 1)), label="dnnfs, pool on disk"),
 }
+HATCH = {"tmpfs": "", "loopback": "..", "dnnfs-range": "//", "dnnfs-file": "xx", "disk": "--", "dnnfs-disk": "\\\\"}
+
+
+def yscale(ax, values):
+    """Log axis when the values span more than a decade, else linear from 0."""
+    v = [x for x in values if x and x > 0]
+    if v and max(v) / min(v) > 10:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: "%g" % y))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def bars(ax, groups, present, point):
+    """Grouped bars: one group per (label, config id), one hatched bar per system."""
+    width = 0.8 / max(1, len(present))
+    ys_all = []
+    for k, s in enumerate(present):
+        xs, ys, lo, hi = [], [], [], []
+        for i, (_, cid) in enumerate(groups):
+            p = point(cid, s)
+            if p:
+                xs.append(i + (k - (len(present) - 1) / 2) * width)
+                ys.append(p[0])
+                lo.append(p[1])
+                hi.append(p[2])
+        if not xs:
+            continue
+        st = STYLE[s]
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=st["color"], hatch=HATCH[s],
+               edgecolor="black", linewidth=0.5, label=st["label"])
+        ys_all += ys
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([g[0] for g in groups], fontsize=8)
+    yscale(ax, ys_all)
+    ax.grid(alpha=0.3, axis="y")
 OPS = [("write", "", "sequential write"), ("randwrite", "", "random write"),
        ("read", "cold", "sequential read, cold"), ("read", "warm", "sequential read, warm"),
        ("randread", "cold", "random read, cold"), ("randread", "warm", "random read, warm")]
@@ -41,6 +85,8 @@ def main():
         if s["n"] > 0:
             summ[(s["id"], s["system"])] = s
     present = [s for s in SYSTEMS if any(k[1] == s for k in summ)]
+    # The disk systems run only issue #14's workloads (fresh, append).
+    shm = [s for s in present if s not in ("disk", "dnnfs-disk")]
     mode = res["params"]["mode"]
     m = res["machine"]
     foot = "%s, %d CPUs, %s; %s mode, median of %d run(s), bars = min..max" % (
@@ -57,10 +103,11 @@ def main():
         pts = [(x, point(i, system)) for x, i in zip(xs, ids)]
         pts = [(x, p) for x, p in pts if p]
         if not pts:
-            return
+            return []
         st = dict(STYLE[system])
         ax.errorbar([x for x, _ in pts], [p[0] for _, p in pts],
                     yerr=[[p[1] for _, p in pts], [p[2] for _, p in pts]], capsize=3, **st)
+        return [p[0] for _, p in pts]
 
     fio = [c for c in res["configs"] if c["phase"] == "fio"]
     blocks = sorted({c["bs"] for c in fio})
@@ -71,13 +118,14 @@ def main():
         for ax, (rw, temp, title) in zip(axes.T.flat, OPS):
             ids = ["fio/shared/j%d/%s/%s%s" % (j, size_name(bs).replace(" ", ""), rw, "/" + temp if temp else "")
                    for j in shared_jobs]
-            for s in present:
-                series(ax, shared_jobs, ids, s)
+            ys = []
+            for s in shm:
+                ys += series(ax, shared_jobs, ids, s)
             ax.set_title(title)
             ax.set_xlabel("jobs (threads), one shared file")
             ax.set_ylabel("MiB/s")
             ax.set_xticks(shared_jobs)
-            ax.set_ylim(bottom=0)
+            yscale(ax, ys)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("fio, %s blocks: scaling with jobs" % size_name(bs))
@@ -94,15 +142,16 @@ def main():
         for ax, (rw, temp, title) in zip(axes.T.flat, OPS):
             ids = ["fio/shared/j%d/%s/%s%s" % (j, size_name(bs).replace(" ", ""), rw, "/" + temp if temp else "")
                    for bs in blocks]
-            for s in present:
-                series(ax, blocks, ids, s)
+            ys = []
+            for s in shm:
+                ys += series(ax, blocks, ids, s)
             ax.set_title(title)
             ax.set_xscale("log", base=2)
             ax.set_xticks(blocks)
             ax.set_xticklabels([size_name(b) for b in blocks])
             ax.set_xlabel("block size (%d jobs, one shared file)" % j)
             ax.set_ylabel("MiB/s")
-            ax.set_ylim(bottom=0)
+            yscale(ax, ys)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("fio, %d jobs: per block size" % j)
@@ -123,13 +172,14 @@ def main():
         fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.2), squeeze=False)
         for ax, n in zip(axes[0], names):
             ids = ["personality/%s/t%d" % (n, t) for t in threads]
-            for s in present:
-                series(ax, threads, ids, s)
+            ys = []
+            for s in shm:
+                ys += series(ax, threads, ids, s)
             ax.set_title(n)
             ax.set_xlabel("threads")
             ax.set_ylabel("IOPS")
             ax.set_xticks(threads)
-            ax.set_ylim(bottom=0)
+            yscale(ax, ys)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("Filebench-like personalities (fio)")
@@ -142,29 +192,43 @@ def main():
     ck = [c for c in res["configs"] if c["phase"] == "checkpoint"]
     if ck:
         fig, ax = plt.subplots(figsize=(10, 4.2))
-        width = 0.8 / max(1, len(present))
-        for k, s in enumerate(present):
-            xs, ys, lo, hi = [], [], [], []
-            for i, c in enumerate(ck):
-                p = point(c["id"], s)
-                if p:
-                    xs.append(i + (k - (len(present) - 1) / 2) * width)
-                    ys.append(p[0])
-                    lo.append(p[1])
-                    hi.append(p[2])
-            st = STYLE[s]
-            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=st["color"], label=st["label"])
-        ax.set_xticks(range(len(ck)))
-        ax.set_xticklabels(["%s\n%d thread(s)" % (c["op"], c["threads"]) for c in ck], fontsize=8)
+        bars(ax, [("%s\n%d thread(s)" % (c["op"], c["threads"]), c["id"]) for c in ck], shm, point)
         ax.set_ylabel("MiB/s")
         ax.legend(fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
         ax.set_title("checkpoint save (tmp + fsync + rename) and load, %s" % size_name(res["params"]["checkpoint_bytes"]))
         fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         fig.savefig(os.path.join(out, "checkpoint.png"), dpi=80)
         plt.close(fig)
         written.append("checkpoint.png")
+    fresh = [c for c in res["configs"] if c["phase"] == "fresh"]
+    if fresh:
+        fig, ax = plt.subplots(figsize=(14, 4.8))
+        groups = []
+        for c in fresh:
+            sync = "end" if not c.get("fsync") else "every %d MiB" % c["fsync"]
+            groups.append(("%s\n%d job(s)\nfsync %s" % (c["prep"] + "d", c["jobs"], sync), c["id"]))
+        bars(ax, groups, present, point)
+        ax.set_ylabel("MiB/s")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        ax.set_title("writes into a new %s file, 1 MiB writes (a new file system each)" % size_name(res["params"]["fresh_bytes"]))
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(out, "fresh.png"), dpi=80)
+        plt.close(fig)
+        written.append("fresh.png")
+    app = [c for c in res["configs"] if c["phase"] == "append"]
+    if app:
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        bars(ax, [("%s %s" % (size_name(c["bs"]), c["op"]), c["id"]) for c in app], present, point)
+        ax.set_ylabel("writes/s")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        ax.set_title("size-extending appends vs overwrites, 1 job")
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(out, "append.png"), dpi=80)
+        plt.close(fig)
+        written.append("append.png")
     for w in written:
         print(os.path.join(out, w))
 

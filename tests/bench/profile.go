@@ -68,6 +68,10 @@ func (b *Bench) runProfiles(ctx context.Context, systems []*System) error {
 			err = b.runPersonalities(ctx, dn, -1, only)
 		case "checkpoint":
 			err = b.runCheckpoint(ctx, dn, -1, only)
+		case "fresh":
+			err = b.runFresh(ctx, dn, -1, only)
+		case "append":
+			err = b.runAppend(ctx, dn, -1, only)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -13,13 +13,15 @@ import (
 	"time"
 )
 
-var systemOrder = []string{"tmpfs", "loopback", "dnnfs-range", "dnnfs-file"}
+var systemOrder = []string{"tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"}
 
 var systemTitle = map[string]string{
 	"tmpfs":       "tmpfs",
 	"loopback":    "loopback",
 	"dnnfs-range": "dnnfs range",
 	"dnnfs-file":  "dnnfs file",
+	"disk":        "disk fs",
+	"dnnfs-disk":  "dnnfs disk pool",
 }
 
 // ratio columns of every table: system/peer.
@@ -211,7 +213,15 @@ func ratioCell(r *Ratio) string {
 	return fmt.Sprintf("%.2f", r.Median)
 }
 
-func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote string, logs map[string][]string, systems []*System) string {
+func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote string, logs map[string][]string, systems []*System) string {
+	// The disk systems run only issue #14's workloads (section 4): the
+	// other tables leave them out.
+	var present []string
+	for _, s := range all {
+		if s != "disk" && s != "dnnfs-disk" {
+			present = append(present, s)
+		}
+	}
 	var w strings.Builder
 	p := b.p
 	m := b.machine
@@ -249,7 +259,7 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 	// Headline.
 	pr("## Summary\n\n")
 	pr("Geometric mean, over the configurations of each workload, of the median per-run ratio (higher is better for dnnfs; 1.00 = same).\n\n")
-	phases := []struct{ key, title string }{{"fio", "fio matrix (MiB/s)"}, {"personality", "personalities (IOPS)"}, {"checkpoint", "checkpoint save/load (MiB/s)"}}
+	phases := []struct{ key, title string }{{"fio", "fio matrix (MiB/s)"}, {"personality", "personalities (IOPS)"}, {"checkpoint", "checkpoint save/load (MiB/s)"}, {"fresh", "writes into a new file (MiB/s)"}}
 	pr("| workload |")
 	for _, rc := range rcols {
 		pr(" %s / %s |", systemTitle[rc[0]], systemTitle[rc[1]])
@@ -320,6 +330,9 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 		pr("  - **%s**: %s.\n", ps.Name, ps.Describe)
 	}
 	pr("- Checkpoint: %s written as `ckpt.tmp` in 1 MiB writes (1 thread: sequential `write`; 4 threads: `ftruncate` to the size, then each thread `pwrite`s its contiguous quarter), `fsync`, `rename` over `ckpt`, `fsync` of the directory; MiB/s over the whole sequence. An unmeasured first save makes every measured save replace an existing checkpoint. Load: read it all in 1 MiB reads (1 thread sequential, 4 threads a quarter each), cold (after a remount) then warm.\n", sizeName(p.CkptBytes))
+	if b.machine.DiskFS != "" {
+		pr("- Issue #14's workloads (section 4) also run on the **disk** systems: the file system of the disk holding `%s` (%s) natively, and dnnfs with its emulated pool in a file in that same directory (as `make run` keeps its pool); the other workloads do not run there. **Fresh writes**: a new file system each time (a new pool, an emptied directory); the file is truncated or fallocated to its size, then written in 1 MiB writes (`--fallocate=none --end_fsync=1`, `--fsync=64` for every 64 MiB). **Appends**: 4 B and 4 KiB writes extending a new file against overwrites of a written file, writes/s.\n", b.o.diskDir, b.machine.DiskFS)
+	}
 	pr("- Sizes of this mode: fio %s per configuration, blocks %s, layouts %s; personality threads %v; checkpoint %s with %v thread(s).\n\n",
 		sizeName(p.MatrixBytes), blockList(p.Blocks), groupList(p.Groups), p.Threads, sizeName(p.CkptBytes), p.CkptThreads)
 	pr("%s\n\n", fullNote2())
@@ -373,7 +386,7 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 	}
 	if len(cpu) > 0 {
 		pr("### Daemon CPU per GiB moved\n\n")
-		pr("CPU time (user + system) of each FUSE daemon during the fio matrix, per GiB that fio read or wrote, summed over all configurations and runs: how much work each system does per byte in user space.\n\n")
+		pr("CPU time (user + system) of each FUSE daemon during the fio matrix and the writes into a new file (section 4), per GiB that fio read or wrote, summed over all configurations and runs: how much work each system does per byte in user space.\n\n")
 		pr("| system | reads: CPU-s/GiB | writes: CPU-s/GiB | GiB read | GiB written |\n|---|---:|---:|---:|---:|\n")
 		for _, sys := range systemOrder {
 			if c, ok := cpu[sys]; ok {
@@ -407,6 +420,8 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 			return fmt.Sprintf("%s, %d", c.Op, c.Threads)
 		})
 	}
+
+	b.goalsSection(&w, st, all)
 
 	if b.micro != "" {
 		pr("## Go micro-benchmarks\n\n")
@@ -461,7 +476,12 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 		case "loopback":
 			pr("bin/loopback -q -directmount $W/mnt/loopback $W/tmpfs/loopback-src   # go build -o bin/loopback github.com/hanwen/go-fuse/v2/example/loopback\n")
 		case "dnnfs":
-			pr("bin/dnnfs mkfs --pool $W/pool-%s --size SIZE --force && bin/dnnfs mount --pool $W/pool-%s $W/mnt/%s --lock %s --log-level warn &\n", s.lock, s.lock, s.Name, s.lock)
+			pool := "$W/pool-" + s.lock
+			if s.Name == "dnnfs-disk" {
+				pr("D=$(mktemp -d %s/dnnfs-bench.XXXX)   # the disk systems' directory; disk: $D/native\n", b.o.diskDir)
+				pool = "$D/pool"
+			}
+			pr("bin/dnnfs mkfs --pool %s --size SIZE --force && bin/dnnfs mount --pool %s $W/mnt/%s --lock %s --log-level warn &\n", pool, pool, s.Name, s.lock)
 		}
 	}
 	pr("# unmount: SIGTERM to the daemon (both unmount cleanly on it)\n```\n\n")
@@ -496,18 +516,19 @@ func (b *Bench) markdown(st *stats, present []string, plots []string, plotNote s
 	return w.String()
 }
 
-const fullNote = "about 30 minutes on an idle 2-core machine"
+const fullNote = "about 40 minutes on an idle 2-core machine"
 
 // fullNote2 says how full mode is sized, from its parameters.
 func fullNote2() string {
 	f := newParams(options{})
-	all := []string{"fio", "personality", "checkpoint"}
-	return fmt.Sprintf("**Full mode** is sized for about 30 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
+	all := []string{"fio", "personality", "checkpoint", "fresh", "append"}
+	return fmt.Sprintf("**Full mode** is sized for about 40 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
 		"%s per fio configuration, in %s time-based runs (cold reads: up to %s), so the %d fio configurations × 3 (write, cold read, warm read) × 4 systems × %d runs stay near 20 minutes including a remount before every cold read; "+
-		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory. "+
+		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory; "+
+		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes). "+
 		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint.",
-		f.estimate(4, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
-		f.Threads, f.PersTime, sizeName(f.CkptBytes),
+		f.estimate(systemCount{mem: 4, disk: 2}, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
+		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime,
 		sizeName(newParams(options{quick: true}).MatrixBytes), blockList(newParams(options{quick: true}).Blocks),
 		groupList(newParams(options{quick: true}).Groups), newParams(options{quick: true}).Threads, sizeName(newParams(options{quick: true}).CkptBytes))
 }
@@ -603,6 +624,7 @@ func reportOnly(o options) error {
 	p.fioTime, _ = time.ParseDuration(p.FioTime)
 	p.coldCap, _ = time.ParseDuration(p.ColdCap)
 	p.persTime, _ = time.ParseDuration(p.PersTime)
+	p.appendTime, _ = time.ParseDuration(p.AppendTime)
 	b := &Bench{o: o, p: p, repo: repo, out: out, started: time.Now(), machine: res.Machine, meas: res.Measurements,
 		failures: res.Failures, profiles: res.Profiles, micro: res.Micro,
 		elapsed: time.Duration(res.Elapsed * float64(time.Second)), active: map[*System]bool{}}
@@ -638,14 +660,14 @@ func (c cpuUse) perGiB() (rd, wr float64) {
 func daemonCPU(meas []Measurement) map[string]cpuUse {
 	out := map[string]cpuUse{}
 	for _, m := range meas {
-		if m.Err != "" || m.DaemonCPU < 0 || m.Bytes <= 0 || !strings.HasPrefix(m.ID, "fio/") {
+		if m.Err != "" || m.DaemonCPU < 0 || m.Bytes <= 0 || !strings.HasPrefix(m.ID, "fio/") && !strings.HasPrefix(m.ID, "fresh/") {
 			continue
 		}
 		if m.DaemonCPU == 0 && m.System == "tmpfs" {
 			continue
 		}
 		c := out[m.System]
-		if strings.Contains(m.ID, "write") {
+		if strings.Contains(m.ID, "write") || strings.HasPrefix(m.ID, "fresh/") {
 			c.wCPU += m.DaemonCPU
 			c.wBytes += m.Bytes
 		} else {

@@ -43,6 +43,16 @@ func newSystem(b *Bench, name string) *System {
 		s.Desc = "go-fuse v2 example/loopback over the same tmpfs"
 		s.src = filepath.Join(b.tmpfs, "loopback-src")
 		s.dir = filepath.Join(b.w, "mnt", "loopback")
+	case "disk":
+		s.kind = "disk"
+		s.Desc = "the disk's file system (" + b.machine.DiskFS + ") natively, in a directory under " + b.o.diskDir
+		s.dir = filepath.Join(b.diskW, "native")
+	case "dnnfs-disk":
+		s.kind = "dnnfs"
+		s.lock = "range"
+		s.Desc = "dnnfs --lock=range, emulated pool in a file in that directory on the disk"
+		s.dir = filepath.Join(b.w, "mnt", name)
+		s.pool = filepath.Join(b.diskW, "pool")
 	case "dnnfs-range", "dnnfs-file":
 		s.kind = "dnnfs"
 		s.lock = strings.TrimPrefix(name, "dnnfs-")
@@ -56,13 +66,16 @@ func newSystem(b *Bench, name string) *System {
 	return s
 }
 
-func (s *System) fuse() bool { return s.kind != "tmpfs" }
+func (s *System) fuse() bool { return s.kind != "tmpfs" && s.kind != "disk" }
+
+// onDisk: the system keeps its data on the disk (issue #14's peers).
+func (s *System) onDisk() bool { return s.Name == "disk" || s.Name == "dnnfs-disk" }
 
 // Start gives the system an empty file system able to hold data bytes,
 // mounted.
 func (s *System) Start(ctx context.Context, data int64) error {
 	switch s.kind {
-	case "tmpfs":
+	case "tmpfs", "disk":
 		os.RemoveAll(s.dir)
 		return os.MkdirAll(s.dir, 0o755)
 	case "loopback":
@@ -86,14 +99,14 @@ func (s *System) Start(ctx context.Context, data int64) error {
 		}
 		return s.mount(ctx, "")
 	}
-	return fmt.Errorf("unknown system %q (want tmpfs, loopback, dnnfs-range, dnnfs-file)", s.Name)
+	return fmt.Errorf("unknown system %q (want tmpfs, loopback, dnnfs-range, dnnfs-file, disk, dnnfs-disk)", s.Name)
 }
 
 // Stop unmounts and frees the system's data.
 func (s *System) Stop() error {
 	err := s.unmount()
 	switch s.kind {
-	case "tmpfs":
+	case "tmpfs", "disk":
 		os.RemoveAll(s.dir)
 	case "loopback":
 		os.RemoveAll(s.src)
