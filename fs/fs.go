@@ -3,6 +3,9 @@ package fs
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +31,19 @@ type Options struct {
 
 // maxWrite is the largest FUSE write (and read) request.
 const maxWrite = 1 << 20
+
+// MaxRequest is the largest READ or WRITE request a mount asks the kernel
+// for: maxWrite, or less where the kernel allows fewer pages per request
+// (fs.fuse.max_pages_limit; go-fuse clamps MaxWrite the same way).
+func MaxRequest() int {
+	pages := 256 // the kernel's limit before the sysctl existed (Linux 4.20 to 6.12)
+	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			pages = n
+		}
+	}
+	return min(maxWrite, pages*os.Getpagesize())
+}
 
 // node is what the go-fuse node of every pool inode has, whatever its
 // kind: attributes (Getattr, Statx, Setattr), extended attributes (real
