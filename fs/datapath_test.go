@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 )
 
 // debugLog collects go-fuse's debug output of a mount.
@@ -46,7 +48,7 @@ func (d *debugLog) requestSizes(op string) []int {
 // lower), not as go-fuse's 128 KiB default or the kernel's 32 pages.
 func TestRequestSize(t *testing.T) {
 	dl := &debugLog{}
-	mnt, _ := mountPoolWith(t, false, func(o *gofs.Options) {
+	mnt, _ := mountPoolWith(t, false, false, func(o *gofs.Options) {
 		o.Debug = true
 		o.MountOptions.Logger = log.New(dl, "", 0)
 	})
@@ -78,11 +80,94 @@ func TestRequestSize(t *testing.T) {
 	}
 }
 
+// TestReadAhead: reads through the page cache (a read-only open with
+// --read-cache, and mmap, which direct-I/O files allow too) reach the
+// daemon as requests of the largest size (SetReadAhead), not of the
+// kernel's 128 KiB default read-ahead window.
+func TestReadAhead(t *testing.T) {
+	for _, readCache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("readCache=%v", readCache), func(t *testing.T) {
+			dl := &debugLog{}
+			mnt, _ := mountPoolWith(t, false, readCache, func(o *gofs.Options) {
+				o.Debug = true
+				o.MountOptions.Logger = log.New(dl, "", 0)
+			})
+			want := MaxRequest()
+			data := bytes.Repeat([]byte("0123456789abcdef"), 4*want/16)
+			name := filepath.Join(mnt, "f")
+			if err := os.WriteFile(name, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if readCache {
+				got := make([]byte, len(data))
+				for p := 0; p < len(got); p += 1 << 20 {
+					if n, err := f.Read(got[p:min(p+1<<20, len(got))]); err != nil || n != min(1<<20, len(got)-p) {
+						t.Fatalf("Read at %d = %d, %v", p, n, err)
+					}
+				}
+				if !bytes.Equal(got, data) {
+					t.Fatal("read back differs from what was written")
+				}
+			}
+			// A page fault waits for the daemon uninterruptibly: in this
+			// process the Go runtime could not stop the faulting thread
+			// for a collection while the daemon's threads wait for it.
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMmapReadHelper$")
+			cmd.Env = append(os.Environ(), "DNNFS_TEST_MMAP_READ="+name)
+			if out, err := cmd.CombinedOutput(); err != nil || !bytes.Contains(out, []byte(fmt.Sprintf("read %d bytes", len(data)))) {
+				t.Fatalf("mmap read in a child: %v\n%s", err, out)
+			}
+			sizes := dl.requestSizes("READ")
+			if len(sizes) == 0 {
+				t.Fatal("no READ requests")
+			}
+			for i, n := range sizes {
+				if n != want {
+					t.Fatalf("READ request %d of %d is %d bytes, want %d: %v", i, len(sizes), n, want, sizes)
+				}
+			}
+		})
+	}
+}
+
+// TestMmapReadHelper is TestReadAhead's child process: it reads the file
+// DNNFS_TEST_MMAP_READ names through a shared mapping, front to back.
+func TestMmapReadHelper(t *testing.T) {
+	name := os.Getenv("DNNFS_TEST_MMAP_READ")
+	if name == "" {
+		t.Skip("run by TestReadAhead")
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	sum := 0
+	for _, c := range m {
+		sum += int(c)
+	}
+	fmt.Printf("read %d bytes (sum %d)\n", len(m), sum)
+}
+
 // BenchmarkDataPath measures one pwrite or pread through the mount (the
 // kernel, /dev/fuse and the daemon's handler, all in this process), and
 // with -benchmem the daemon's allocations per request.
 func BenchmarkDataPath(b *testing.B) {
-	mnt, _ := mountPoolWith(b, false, nil)
+	mnt, _ := mountPoolWith(b, false, false, nil)
 	const fileSize = 64 << 20
 	for _, c := range []struct {
 		name  string

@@ -36,12 +36,12 @@ func mountPool(t *testing.T) string {
 // mount has an SSD tier (one directory) for embedding tables.
 func mountPoolFS(t *testing.T, ssd bool) (string, *core.FS) {
 	t.Helper()
-	return mountPoolWith(t, ssd, nil)
+	return mountPoolWith(t, ssd, false, nil)
 }
 
-// mountPoolWith is mountPoolFS with the mount options changed by tweak
-// (nil: as the daemon mounts) before mounting.
-func mountPoolWith(t testing.TB, ssd bool, tweak func(*gofs.Options)) (string, *core.FS) {
+// mountPoolWith is mountPoolFS with the daemon's --read-cache option and
+// the mount options changed by tweak (nil: as the daemon mounts).
+func mountPoolWith(t testing.TB, ssd, readCache bool, tweak func(*gofs.Options)) (string, *core.FS) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root (DirectMount, allow_other)")
@@ -97,7 +97,7 @@ func mountPoolWith(t testing.TB, ssd bool, tweak func(*gofs.Options)) (string, *
 	if tweak != nil {
 		tweak(mo)
 	}
-	server, err := Mount(mnt, Root(p, Options{Log: log, Tier: tier}), p, mo, log)
+	server, err := Mount(mnt, Root(p, Options{Log: log, Tier: tier, ReadCache: readCache}), p, mo, log)
 	if err != nil {
 		closeTier()
 		p.Close()
