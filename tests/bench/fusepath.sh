@@ -45,11 +45,15 @@ run() { # sys dir [binary]: the sequential read comes after a remount (dnnfs)
   R[$sys,sr]+="$(fiobw $dir read $BS) "
   R[$sys,rw]+="$(fiobw $dir randwrite 4k --runtime=$RT --time_based --randrepeat=0) "
   R[$sys,rr]+="$(fiobw $dir randread 4k --runtime=$RT --time_based --randrepeat=0) "
+  if [ -n "$bin" ]; then umountdnnfs; mountdnnfs $bin; fi
+  R[$sys,mr]+="$(fiobw $dir read $BS --ioengine=mmap) "
 }
 
 declare -A R
 for r in $(seq $RUNS); do
-  for sys in tmpfs base new; do
+  order="tmpfs base new"
+  [ $((r % 2)) = 0 ] && order="tmpfs new base" # neither binary always runs later
+  for sys in $order; do
     if [ $sys = tmpfs ]; then
       rm -f $W/tmpfs/f; fallocate -l 1G $W/tmpfs/f
       run tmpfs $W/tmpfs
@@ -66,10 +70,11 @@ done
 rm -f $W/pool
 echo "# $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), fio $(fio --version), bs=$BS, median of $RUNS"
 printf "%-24s %9s %9s %9s %9s %9s %9s\n" "workload (MiB/s)" tmpfs base new base/tmpfs new/tmpfs new/base
-for k in sw sr rw rr; do
+for k in sw sr rw rr mr; do
   case $k in
   sw) name="seq write $BS" ;; sr) name="seq read $BS (remount)" ;;
   rw) name="rand write 4k" ;; rr) name="rand read 4k" ;;
+  mr) name="mmap read $BS (remount)" ;;
   esac
   t=$(echo ${R[tmpfs,$k]} | tr ' ' '\n' | median)
   a=$(echo ${R[base,$k]} | tr ' ' '\n' | median)
