@@ -30,7 +30,9 @@ type Options struct {
 	Tier *embedding.Tier
 }
 
-// maxWrite is the largest FUSE write (and read) request.
+// maxWrite is the largest FUSE write (and read) request: 256 pages, the
+// kernel's default fs.fuse.max_pages_limit; larger requests (with the
+// limit raised) did not measure faster (DESIGN.md, "FUSE data path").
 const maxWrite = 1 << 20
 
 // MaxRequest is the largest READ or WRITE request a mount asks the kernel
