@@ -56,15 +56,30 @@ func lookup(exts []format.Extent, fb uint64) (Blk, uint64, bool) {
 type ReadData struct {
 	Slices [][]byte
 	Size   int
-	done   func()
+	// What Done releases, kept as fields, not a closure, and Slices
+	// backed by inline while the range is at most two extents: a FUSE
+	// read then allocates only the ReadData (DESIGN.md, "FUSE data path").
+	fs     *FS
+	in     *Inode
+	l      *lock.Lock
+	c      Caller
+	sess   bool // a read session counts [off, off+Size) at Done
+	off    int64
+	inline [2][]byte
 }
 
 // Done releases the read; the data must not be used afterwards.
 func (r *ReadData) Done() {
-	if r.done != nil {
-		r.done()
-		r.done = nil
+	if r.l == nil {
+		return
 	}
+	if r.sess {
+		// Progress before the lock goes: an abandon or truncate holding
+		// the whole file cannot interleave.
+		r.fs.sessionProgress(r.in, r.c, uint64(r.off), uint64(r.Size), false)
+	}
+	r.in.locks.Release(r.l)
+	r.l = nil
 }
 
 // Read returns the bytes of [off, off+n) clipped to the file size without
@@ -96,23 +111,16 @@ func (fs *FS) ReadAs(c Caller, in *Inode, off int64, n int) (*ReadData, error) {
 		fs.touchAtimeLocked(in)
 	}
 	in.mu.Unlock()
-	r := &ReadData{done: func() { in.locks.Release(l) }}
-	if off < size && n > 0 && in.sess.Load() != nil {
-		// A read session counts a read once its data is on its way.
-		length := uint64(min(int64(n), size-off))
-		r.done = func() {
-			// Progress before the lock goes: an abandon or truncate holding
-			// the whole file cannot interleave.
-			fs.sessionProgress(in, c, uint64(off), length, false)
-			in.locks.Release(l)
-		}
-	}
+	r := &ReadData{fs: fs, in: in, l: l}
 	if off >= size || n <= 0 {
 		r.Done()
 		return r, nil
 	}
 	length := min(int64(n), size-off)
 	r.Size = int(length)
+	// A read session counts a read once its data is on its way.
+	r.sess, r.c, r.off = in.sess.Load() != nil, c, off
+	r.Slices = r.inline[:0]
 	fs.stats.Reads.Add(1)
 	fs.stats.ReadBytes.Add(uint64(length))
 	b := fs.m.Bytes()

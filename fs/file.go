@@ -26,7 +26,8 @@ func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	}
 	// Direct I/O: reads are served from the pool mapping without a page
 	// cache copy, and parallel writers to one file are not serialised by
-	// the kernel.
+	// the kernel. Read-ahead applies only to page-cache reads (above, and
+	// mmap): SetReadAhead sizes it.
 	return h, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
 }
 

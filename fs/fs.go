@@ -3,6 +3,10 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,8 +30,40 @@ type Options struct {
 	Tier *embedding.Tier
 }
 
-// maxWrite is the largest FUSE write (and read) request.
+// maxWrite is the largest FUSE write (and read) request: 256 pages, the
+// kernel's default fs.fuse.max_pages_limit; larger requests (with the
+// limit raised) did not measure faster (DESIGN.md, "FUSE data path").
 const maxWrite = 1 << 20
+
+// MaxRequest is the largest READ or WRITE request a mount asks the kernel
+// for: maxWrite, or less where the kernel allows fewer pages per request
+// (fs.fuse.max_pages_limit; go-fuse clamps MaxWrite the same way).
+func MaxRequest() int {
+	pages := 256 // the kernel's limit before the sysctl existed (Linux 4.20 to 6.12)
+	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			pages = n
+		}
+	}
+	return min(maxWrite, pages*os.Getpagesize())
+}
+
+// SetReadAhead sets the read-ahead window of the mount on mnt to the
+// largest request (MaxRequest). Reads through the page cache (read-only
+// opens with --read-cache, and mmap of any file) are sent as read-ahead,
+// whose window is the kernel's 128 KiB default: a 1 MiB read(2) became
+// eight 128 KiB requests and a sequential mmap read ran about 8x slower
+// (DESIGN.md, "FUSE data path"). The FUSE INIT reply can only lower the
+// window, so it is raised afterwards through the mount's backing device
+// in sysfs, which needs root; direct-I/O opens have no read-ahead.
+func SetReadAhead(mnt string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(strconv.Itoa(MaxRequest()>>10)), 0)
+}
 
 // node is what the go-fuse node of every pool inode has, whatever its
 // kind: attributes (Getattr, Statx, Setattr), extended attributes (real

@@ -64,6 +64,9 @@ func Mount(dir string, root gofs.InodeEmbedder, p *core.FS, opts *gofs.Options, 
 		_ = server.Unmount()
 		return nil, err
 	}
+	if err := SetReadAhead(dir); err != nil && log != nil {
+		log.Warn("read-ahead stays at the kernel's default", zap.String("mountpoint", dir), zap.Error(err))
+	}
 	return server, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"go.uber.org/zap/zaptest"
@@ -34,6 +35,13 @@ func mountPool(t *testing.T) string {
 // mountPoolFS is mountPool, also returning the mounted pool; with ssd, the
 // mount has an SSD tier (one directory) for embedding tables.
 func mountPoolFS(t *testing.T, ssd bool) (string, *core.FS) {
+	t.Helper()
+	return mountPoolWith(t, ssd, false, nil)
+}
+
+// mountPoolWith is mountPoolFS with the daemon's --read-cache option and
+// the mount options changed by tweak (nil: as the daemon mounts).
+func mountPoolWith(t testing.TB, ssd, readCache bool, tweak func(*gofs.Options)) (string, *core.FS) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root (DirectMount, allow_other)")
@@ -86,7 +94,10 @@ func mountPoolFS(t *testing.T, ssd bool) (string, *core.FS) {
 	}
 	mo := MountOptions(poolPath, true, log)
 	mo.Debug = os.Getenv("DNNFS_FUSE_DEBUG") != ""
-	server, err := Mount(mnt, Root(p, Options{Log: log, Tier: tier}), p, mo, log)
+	if tweak != nil {
+		tweak(mo)
+	}
+	server, err := Mount(mnt, Root(p, Options{Log: log, Tier: tier, ReadCache: readCache}), p, mo, log)
 	if err != nil {
 		closeTier()
 		p.Close()
@@ -116,7 +127,7 @@ func mountPoolFS(t *testing.T, ssd bool) (string, *core.FS) {
 
 // unmount retries while the mount is busy (a failed test may still hold a
 // descriptor until its deferred closes run), then detaches it.
-func unmount(t *testing.T, server *fuse.Server, mnt string) {
+func unmount(t testing.TB, server *fuse.Server, mnt string) {
 	for i := 0; i < 50; i++ {
 		if err := server.Unmount(); err == nil {
 			server.Wait()

@@ -298,6 +298,13 @@ func runMount(args []string) error {
 		p.Close()
 		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, startErr)
 	}
+	if err := dfs.SetReadAhead(mnt); err != nil {
+		warn := log.Warn
+		if os.Geteuid() != 0 {
+			warn = log.Info // sysfs is root's: expected
+		}
+		warn("read-ahead stays at the kernel's default (128 KiB): page-cache reads go as small requests", zap.String("mountpoint", mnt), zap.Error(err))
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
