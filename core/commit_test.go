@@ -194,3 +194,26 @@ func TestWriteRemovesCapabilities(t *testing.T) {
 		t.Fatalf("crash image: security.capability: %v, want ErrNoAttr", err)
 	}
 }
+
+// Dirty ranges of an emulated pool are flushed in few msyncs: merged
+// across small gaps, never across large ones; other media flush them as
+// they are.
+func TestFlushGroups(t *testing.T) {
+	// 100..107 and 107+flushGap merge (a gap of flushGap); the next is
+	// one block further than that from its predecessor.
+	far := Blk(107 + flushGap + 1 + flushGap + 1)
+	r := []format.Extent{{Phys: far, Len: 2}, {Phys: 100, Len: 1}, {Phys: 103, Len: 4}, {Phys: 102, Len: 1}, {Phys: 107 + flushGap, Len: 1}}
+	got := flushGroups(r, true)
+	want := []format.Extent{{Phys: 100, Len: 7 + flushGap + 1}, {Phys: far, Len: 2}}
+	if len(got) != len(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Phys != want[i].Phys || got[i].Len != want[i].Len {
+			t.Fatalf("groups %v, want %v", got, want)
+		}
+	}
+	if got := flushGroups(r, false); len(got) != len(r) {
+		t.Fatalf("not emulated: %v, want the ranges as they are", got)
+	}
+}
