@@ -635,6 +635,7 @@ func (fs *FS) Fsync(in *Inode) error {
 	if err := fs.persistSessionTails(in); err != nil {
 		return err
 	}
+	in.preflush()
 	in.mu.Lock()
 	fs.stats.Fsyncs.Add(1)
 	lost, err := in.syncLocked()
