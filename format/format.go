@@ -470,7 +470,7 @@ func DecodeInode(b []byte) (Inode, error) {
 	default:
 		return in, fmt.Errorf("inode: %w: file type %#o", ErrCorrupt, in.Mode&ModeType)
 	}
-	if in.Size > 1<<62 {
+	if in.Size > MaxFileSize {
 		return in, fmt.Errorf("inode: %w: size %d", ErrCorrupt, in.Size)
 	}
 	return in, nil
