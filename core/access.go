@@ -124,7 +124,7 @@ func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole 
 		l.Start, l.End = 0, lock.Whole
 	} else {
 		l.Start = uint64(off) / bs * bs
-		l.End = (uint64(off+n) + bs - 1) / bs * bs
+		l.End = (uint64(off) + uint64(n) + bs - 1) / bs * bs // past 2^63-1 for a read near the end
 		if l.End == l.Start {
 			l.End = l.Start + bs
 		}

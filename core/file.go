@@ -30,8 +30,8 @@ func walk(exts []format.Extent, off, n int64, fn func(pool int64, pos, l int)) {
 		var l int64
 		if run == 0 { // no extent at or after fb
 			l = n
-		} else {
-			l = min(n, int64(run)*bs-inBlk)
+		} else { // run*bs is at most 2^63 (format.MaxFileBlocks): uint64
+			l = int64(min(uint64(n), run*bs-uint64(inBlk)))
 		}
 		if ok {
 			fn(int64(phys.Off())+inBlk, pos, int(l))
@@ -216,11 +216,13 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	if off < 0 {
 		return 0, false, ErrInvalid
 	}
-	if off+int64(len(data)) > MaxFileSize {
-		return 0, false, ErrTooBig
-	}
 	if len(data) == 0 {
 		return 0, false, nil
+	}
+	if !appendMode { // an append is checked at the end of file, below
+		if data, err = clampWrite(off, data); err != nil {
+			return 0, false, err
+		}
 	}
 	var l *lock.Lock
 	var privs bool
@@ -265,6 +267,10 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	in.mu.Lock()
 	if appendMode {
 		off = int64(in.d.Size)
+		if data, err = clampWrite(off, data); err != nil {
+			in.mu.Unlock()
+			return 0, false, err
+		}
 	}
 	end := off + int64(len(data))
 	size := int64(in.d.Size)
@@ -393,6 +399,18 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	return len(data), killed, nil
 }
 
+// clampWrite applies the kernel's generic_write_checks limit to a write
+// of data at off: none may start at or past MaxFileSize (EFBIG), and one
+// crossing it is cut short there. The kernel does it before a FUSE write
+// reaches us (the FUSE super block's s_maxbytes is MAX_LFS_FILESIZE);
+// in-process callers get the same answer, and no end overflows an int64.
+func clampWrite(off int64, data []byte) ([]byte, error) {
+	if off >= MaxFileSize {
+		return nil, ErrTooBig
+	}
+	return data[:min(int64(len(data)), MaxFileSize-off)], nil
+}
+
 // zeroTailLocked clears [from, to) within the block holding from, if that
 // block is mapped: bytes past the old end of file must read as zeros once
 // the file grows over them.
@@ -404,9 +422,8 @@ func (fs *FS) zeroTailLocked(in *Inode, from, to int64) error {
 	if !ok {
 		return nil
 	}
-	blockEnd := (from/bs + 1) * bs
 	p := int64(phys.Off()) + from%bs
-	n := min(to, blockEnd) - from
+	n := min(to-from, bs-from%bs) // the block's end may be 2^63: no int64
 	if err := fs.zeroPool(p, n); err != nil {
 		return err
 	}
@@ -466,7 +483,7 @@ func (fs *FS) truncate(in *Inode, size uint64, apply func(nd *format.Inode)) err
 		}
 	} else if size < old {
 		keep := (size + bs - 1) / bs
-		kept, removed := cutExtents(in.exts, keep, MaxFileSize/bs)
+		kept, removed := cutExtents(in.exts, keep, format.MaxFileBlocks)
 		if len(removed) > 0 {
 			if err := c.putExtentsLocked(in, &nd, kept); err != nil {
 				c.abort()

@@ -20,9 +20,10 @@ import (
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
-// MaxFileSize bounds file sizes (and keeps block arithmetic far from
-// overflow); extents past it do not decode (format.MaxFileBlocks).
-const MaxFileSize = format.MaxFileBlocks * format.BlockSize
+// MaxFileSize bounds file sizes: the kernel's MAX_LFS_FILESIZE (2^63-1),
+// as on its local file systems. Extents past its last block do not decode
+// (format.MaxFileBlocks); block arithmetic stays within a uint64.
+const MaxFileSize = format.MaxFileSize
 
 // Inode is the DRAM state of one live inode.
 type Inode struct {

@@ -97,7 +97,7 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if mode == format.SessionWrite {
 		exts := in.exts
 		if size < in.d.Size {
-			kept, removed := cutExtents(exts, (size+bs-1)/bs, MaxFileSize/bs)
+			kept, removed := cutExtents(exts, (size+bs-1)/bs, format.MaxFileBlocks)
 			exts = kept
 			c.freed = append(c.freed, removed...)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -188,6 +189,63 @@ func TestExtentsRoundTrip(t *testing.T) {
 		}
 		if len(got) != n || (n > 0 && !reflect.DeepEqual(got, exts)) || len(gotOvf) != len(ovf) || (len(ovf) > 0 && !reflect.DeepEqual(gotOvf, ovf)) {
 			t.Fatalf("%d extents: round trip differs", n)
+		}
+	}
+}
+
+// An extent may end exactly at the largest file's last block
+// ((2^63-1)/4096, MAX_LFS_FILESIZE), inline or in an overflow block, and
+// no further.
+func TestExtentsAtMaxFileBlock(t *testing.T) {
+	const last = (MaxFileSize) / BlockSize // the block holding byte 2^63-2
+	if last != MaxFileBlocks-1 || MaxFileBlocks*BlockSize != 1<<63 {
+		t.Fatalf("MaxFileBlocks %d: the last block is %d", uint64(MaxFileBlocks), uint64(last))
+	}
+	for _, n := range []int{1, InlineExtents, InlineExtents + 1, InlineExtents + OverflowSlot + 1} {
+		exts := testExtents(n, true)
+		exts[n-1] = Extent{Logical: last, Phys: 7000, Len: 1, Unwritten: n%2 == 0}
+		if n > 1 {
+			exts[n-2].Len = 3 // a run up to right before the end, too
+			exts[n-2].Logical = last - 3
+			if n > 2 && exts[n-3].End() > exts[n-2].Logical {
+				t.Fatal("test extents overlap")
+			}
+		}
+		p := &extentPool{blocks: map[Blk][]byte{}, lo: 100, hi: 1 << 20}
+		ovf := make([]Blk, OverflowBlocks(n))
+		for i := range ovf {
+			ovf[i] = Blk(500 - 7*i)
+		}
+		var d Inode
+		EncodeExtents(&d, exts, ovf, func(b Blk, block []byte) { p.blocks[b] = bytes.Clone(block) })
+		d.Mode, d.Size = ModeReg|0o644, MaxFileSize
+		b := make([]byte, InodeSize)
+		d.Encode(b)
+		d2, err := DecodeInode(b)
+		if err != nil {
+			t.Fatalf("%d extents: inode: %v", n, err)
+		}
+		got, _, err := DecodeExtents(&d2, p.valid, p.read)
+		if err != nil || !reflect.DeepEqual(got, exts) {
+			t.Fatalf("%d extents: %v\n got  %+v\n want %+v", n, err, got, exts)
+		}
+		if phys, run, ok := MapBlock(got, last); !ok || phys != 7000 || run != 1 {
+			t.Errorf("%d extents: MapBlock(last) = %d, %d, %v", n, phys, run, ok)
+		}
+		if _, run, ok := MapBlock(got, last+1); ok || run != 0 {
+			t.Errorf("%d extents: MapBlock(past the last block) = %d, %v", n, run, ok)
+		}
+		// One block more, or a length that wraps around, is corrupt.
+		for _, e := range []Extent{{Logical: last, Phys: 7000, Len: 2}, {Logical: MaxFileBlocks, Phys: 7000, Len: 1},
+			{Logical: 1<<64 - 1, Phys: 7000, Len: 1}, {Logical: last, Phys: 7000, Len: 1<<63 - 1}} {
+			bad := slices.Clone(exts)
+			bad[n-1] = e
+			var dd Inode
+			q := &extentPool{blocks: map[Blk][]byte{}, lo: 100, hi: 1 << 20}
+			EncodeExtents(&dd, bad, ovf, func(b Blk, block []byte) { q.blocks[b] = bytes.Clone(block) })
+			if _, _, err := DecodeExtents(&dd, q.valid, q.read); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%d extents, last %+v: %v, want ErrCorrupt", n, e, err)
+			}
 		}
 	}
 }

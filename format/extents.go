@@ -5,9 +5,16 @@ import (
 	"sort"
 )
 
-// MaxFileBlocks bounds a file's block numbers (1 PiB in blocks): an
-// extent past it is corrupt, and block arithmetic stays far from overflow.
-const MaxFileBlocks = (1 << 50) / BlockSize
+// MaxFileSize is the largest file size, the kernel's MAX_LFS_FILESIZE
+// (2^63-1 bytes), as on the kernel's local file systems: a byte offset
+// fits an int64 (loff_t) and one past the last byte still does.
+const MaxFileSize = 1<<63 - 1
+
+// MaxFileBlocks bounds a file's block numbers: blocks 0 .. MaxFileBlocks-1
+// hold bytes 0 .. MaxFileSize-1 (the last is (2^63-1)/4096), and no
+// extent ends past it, so an extent's End and End*BlockSize (at most 2^63)
+// never overflow a uint64. An extent past it is corrupt.
+const MaxFileBlocks = (MaxFileSize-1)/BlockSize + 1
 
 // An inode's extent list (FORMAT.md "Inode", "Extent overflow block"):
 // the first InlineExtents extents live in the inode, the rest in a chain

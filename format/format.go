@@ -470,7 +470,7 @@ func DecodeInode(b []byte) (Inode, error) {
 	default:
 		return in, fmt.Errorf("inode: %w: file type %#o", ErrCorrupt, in.Mode&ModeType)
 	}
-	if in.Size > 1<<62 {
+	if in.Size > MaxFileSize {
 		return in, fmt.Errorf("inode: %w: size %d", ErrCorrupt, in.Size)
 	}
 	return in, nil
@@ -1137,7 +1137,7 @@ func NewTableHeader(rows uint64, dim uint32, dtype uint8, shardRows uint64) (Tab
 	case dim < 1 || dim > MaxTableDim:
 		return h, fmt.Errorf("dim %d: want 1 .. 65536", dim)
 	case h.Size() > MaxTableBytes:
-		return h, fmt.Errorf("%d rows of %d bytes exceed the 2^50-byte file limit", rows, h.RowBytes())
+		return h, fmt.Errorf("%d rows of %d bytes exceed the 2^50-byte table limit (MaxTableBytes)", rows, h.RowBytes())
 	case shardRows < 1:
 		return h, fmt.Errorf("shard rows %d", shardRows)
 	}

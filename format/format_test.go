@@ -579,7 +579,7 @@ func TestSuperblockRoundTrip(t *testing.T) {
 func randInode(r *rand.Rand) Inode {
 	types := []uint32{ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk}
 	in := Inode{Mode: types[r.IntN(len(types))] | r.Uint32N(ModePerm+1), Rdev: r.Uint32(),
-		UID: r.Uint32(), GID: r.Uint32(), Nlink: r.Uint32(), Flags: r.Uint32(), Size: r.Uint64N(1<<62 + 1),
+		UID: r.Uint32(), GID: r.Uint32(), Nlink: r.Uint32(), Flags: r.Uint32(), Size: r.Uint64N(MaxFileSize + 1),
 		Gen: r.Uint64(), Atime: r.Int64(), Mtime: -r.Int64(), Ctime: r.Int64(), Xattr: Blk(r.Uint64()),
 		Overflow: Blk(r.Uint64()), Extents: r.Uint32()}
 	for i := range in.Inline {
@@ -609,13 +609,19 @@ func TestInodeRoundTrip(t *testing.T) {
 			t.Fatalf("flip at byte %d: %v", i, err)
 		}
 	}
+	// The largest file the kernel allows (MAX_LFS_FILESIZE) decodes.
+	big := Inode{Mode: ModeReg | 0o644, Size: MaxFileSize}
+	big.Encode(b)
+	if got, err := DecodeInode(b); err != nil || got != big {
+		t.Errorf("size 2^63-1: %+v, %v", got, err)
+	}
 	if got, err := DecodeInode(make([]byte, InodeSize)); err != nil || got != (Inode{}) {
 		t.Errorf("free slot: %+v, %v", got, err)
 	}
 	if _, err := DecodeInode(make([]byte, InodeSize-1)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("short: %v", err)
 	}
-	for _, in := range []Inode{{Mode: 0o644}, {Mode: 0o030644}, {Mode: 0o170644}, {Mode: ModeReg, Size: 1<<62 + 1}} {
+	for _, in := range []Inode{{Mode: 0o644}, {Mode: 0o030644}, {Mode: 0o170644}, {Mode: ModeReg, Size: MaxFileSize + 1}, {Mode: ModeReg, Size: 1<<64 - 1}} {
 		in.Encode(b)
 		if _, err := DecodeInode(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%+v: %v", in, err)

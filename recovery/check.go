@@ -26,8 +26,9 @@ func isZero(b []byte) bool {
 	return bytes.Equal(b, zeros[:len(b)])
 }
 
-// maxFileBlocks bounds a file's block numbers: core.MaxFileSize (1 PiB)
-// in blocks. recovery_test checks it against package core.
+// maxFileBlocks bounds a file's block numbers: blocks up to the one
+// holding byte core.MaxFileSize-1 (2^63-2). recovery_test checks it
+// against package core.
 const maxFileBlocks = format.MaxFileBlocks
 
 // Repair phases, applied lowest first with a re-check in between.
@@ -259,7 +260,7 @@ func (a *analysis) loadExtents(in *inode) string {
 			return "symlink has no target block (one extent of one block at file block 0)"
 		}
 	case d.IsReg():
-		if d.Size > maxFileBlocks*format.BlockSize {
+		if d.Size > format.MaxFileSize {
 			return fmt.Sprintf("size %d exceeds the largest file size", d.Size)
 		}
 	case d.IsSpecial():

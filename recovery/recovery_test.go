@@ -15,7 +15,7 @@ import (
 )
 
 func TestMaxFileBlocksMatchesPool(t *testing.T) {
-	if recovery.MaxFileBlocks*format.BlockSize != core.MaxFileSize {
+	if recovery.MaxFileBlocks != (core.MaxFileSize-1)/format.BlockSize+1 {
 		t.Fatalf("recovery.MaxFileBlocks %d does not match core.MaxFileSize %d", recovery.MaxFileBlocks, core.MaxFileSize)
 	}
 }
