@@ -2,11 +2,13 @@ package core
 
 import (
 	"bytes"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
+	"golang.org/x/sys/unix"
 )
 
 // recPool is a pool on a Recorder, opened with opts.
@@ -215,5 +217,50 @@ func TestFlushGroups(t *testing.T) {
 	}
 	if got := flushGroups(r, false); len(got) != len(r) {
 		t.Fatalf("not emulated: %v, want the ranges as they are", got)
+	}
+}
+
+// fallocate on a pool kept in a file backs the blocks in that file too:
+// the space is what fallocate promises, and a later write into it
+// allocates nothing in the file system under the pool. The pool file's
+// allocated size grows by the fallocated range.
+func TestFallocateBacksPoolFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool")
+	if err := pmem.Create(path, 64<<20, false); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pmem.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Kind() != pmem.Emulated {
+		t.Skipf("pool medium is %v, not emulated", m.Kind())
+	}
+	if err := Format(m, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	fs, _, err := Open(m, Options{CommitInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := func() int64 {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks * 512
+	}
+	before := allocated()
+	if err := fs.Fallocate(in, 0, 16<<20, 0); err != nil {
+		t.Fatal(err)
+	}
+	if grew := allocated() - before; grew < 16<<20 {
+		t.Fatalf("the pool file grew by %d bytes for a 16 MiB fallocate, want at least 16 MiB", grew)
 	}
 }

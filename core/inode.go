@@ -226,6 +226,12 @@ func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero, unwritt
 				if err := zeroRange(c.fs.m, int64(r.Phys.Off()), int64(r.Len*bs)); err != nil {
 					return nil, ioErr("clearing new blocks", err)
 				}
+				// Back them in the pool file too (emulated pools), as
+				// fallocate promises: a later write into them then finds
+				// its space there, and is as fast as an overwrite.
+				if err := c.fs.materialize(r.Phys, r.Len); err != nil {
+					return nil, err
+				}
 			}
 			added = append(added, format.Extent{Logical: lg, Phys: r.Phys, Len: r.Len, Unwritten: unwritten})
 			lg += r.Len
