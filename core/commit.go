@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/pmem"
-
-	"go.uber.org/zap"
 )
 
 // DefaultCommitInterval is how often the committer commits the sizes and
@@ -91,7 +91,7 @@ func (fs *FS) CommitPending() error {
 		}()
 	}
 	wg.Wait()
-	fs.stats.Commits.Add(uint64(len(list)))
+	fs.stats.Commits.Add(uint64(len(list))) // files visited (status: committed_by_interval)
 	return first
 }
 
