@@ -186,10 +186,11 @@ const xattrCapability = "security.capability"
 // Write stores data at off (at the end of file when appendMode) and
 // returns the number of bytes written.
 //
-// Persist order for blocks the write allocates: the data (and zeros around
-// it) is persisted before the transaction that maps the blocks commits, so
-// a crash never exposes stale bytes. Overwrites of mapped blocks are
-// persisted by fsync.
+// Nothing is persisted here. Blocks the write allocates and a size it
+// grows stay in DRAM until the inode's next commit, which persists the
+// data (and the zeros around it) before the transaction that maps the
+// blocks, so a crash never exposes stale bytes (DESIGN.md §Delayed
+// commit). Overwrites of mapped blocks are persisted by fsync.
 func (fs *FS) Write(in *Inode, off int64, data []byte, appendMode bool) (int, error) {
 	return fs.WriteAs(Caller{}, in, off, data, appendMode)
 }
