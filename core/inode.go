@@ -317,14 +317,17 @@ func (c *change) absorbLocked(in *Inode, exts []format.Extent) error {
 		return err
 	}
 	c.absorbed = append(c.absorbed, in)
-	fs := c.fs
-	c.after = append(c.after, func() {
-		in.metaDirty, in.fresh, in.freshAll = false, nil, false
-		fs.pmu.Lock()
-		delete(fs.pending, in)
-		fs.pmu.Unlock()
-	})
+	c.after = append(c.after, in.clearPendingLocked)
 	return nil
+}
+
+// clearPendingLocked forgets in's delayed state once a commit made it
+// durable (or freed the inode).
+func (in *Inode) clearPendingLocked() {
+	in.metaDirty, in.fresh, in.freshAll = false, nil, false
+	in.fs.pmu.Lock()
+	delete(in.fs.pending, in)
+	in.fs.pmu.Unlock()
 }
 
 // freshLostLocked is ErrIO if a block written since the last commit failed
@@ -607,10 +610,7 @@ func (c *change) stageFreeInodeLocked(in *Inode) {
 	c.after = append(c.after, func() {
 		in.d.Nlink = 0
 		in.exts, in.ovf, in.xattrs = nil, nil, nil
-		in.metaDirty, in.fresh, in.freshAll = false, nil, false
-		fs.pmu.Lock()
-		delete(fs.pending, in)
-		fs.pmu.Unlock()
+		in.clearPendingLocked()
 		fs.imu.Lock()
 		delete(fs.inodes, in.Ino)
 		fs.freeIno = append(fs.freeIno, in.Ino)
