@@ -93,6 +93,14 @@ def main():
         m["cpu"], m["cpus"], m["kernel"], mode, res["params"]["runs"])
     written = []
 
+    def finish(fig, name, rect):
+        # every figure: the machine footer, saved under out, listed
+        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
+        fig.tight_layout(rect=rect)
+        fig.savefig(os.path.join(out, name), dpi=80)
+        plt.close(fig)
+        written.append(name)
+
     def point(cid, system):
         s = summ.get((cid, system))
         if not s:
@@ -129,12 +137,7 @@ def main():
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("fio, %s blocks: scaling with jobs" % size_name(bs))
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
-        name = "fio-jobs-%s.png" % size_name(bs).replace(" ", "")
-        fig.savefig(os.path.join(out, name), dpi=80)
-        plt.close(fig)
-        written.append(name)
+        finish(fig, "fio-jobs-%s.png" % size_name(bs).replace(" ", ""), (0, 0.02, 1, 0.97))
     # Per block size, at the most jobs.
     if blocks and shared_jobs:
         j = shared_jobs[-1]
@@ -155,12 +158,7 @@ def main():
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("fio, %d jobs: per block size" % j)
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
-        name = "fio-blocks-j%d.png" % j
-        fig.savefig(os.path.join(out, name), dpi=80)
-        plt.close(fig)
-        written.append(name)
+        finish(fig, "fio-blocks-j%d.png" % j, (0, 0.02, 1, 0.97))
 
     pers = [c for c in res["configs"] if c["phase"] == "personality"]
     names = []
@@ -183,11 +181,7 @@ def main():
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("Filebench-like personalities (fio)")
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-        fig.savefig(os.path.join(out, "personalities.png"), dpi=80)
-        plt.close(fig)
-        written.append("personalities.png")
+        finish(fig, "personalities.png", (0, 0.03, 1, 0.95))
 
     ck = [c for c in res["configs"] if c["phase"] == "checkpoint"]
     if ck:
@@ -196,11 +190,7 @@ def main():
         ax.set_ylabel("MiB/s")
         ax.legend(fontsize=8)
         ax.set_title("checkpoint save (tmp + fsync + rename) and load, %s" % size_name(res["params"]["checkpoint_bytes"]))
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
-        fig.savefig(os.path.join(out, "checkpoint.png"), dpi=80)
-        plt.close(fig)
-        written.append("checkpoint.png")
+        finish(fig, "checkpoint.png", (0, 0.03, 1, 1))
     fresh = [c for c in res["configs"] if c["phase"] == "fresh"]
     if fresh:
         fig, ax = plt.subplots(figsize=(14, 4.8))
@@ -212,11 +202,7 @@ def main():
         ax.set_ylabel("MiB/s")
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.set_title("writes into a new %s file, 1 MiB writes (a new file system each)" % size_name(res["params"]["fresh_bytes"]))
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
-        fig.savefig(os.path.join(out, "fresh.png"), dpi=80)
-        plt.close(fig)
-        written.append("fresh.png")
+        finish(fig, "fresh.png", (0, 0.03, 1, 1))
     app = [c for c in res["configs"] if c["phase"] == "append"]
     if app:
         fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -224,11 +210,7 @@ def main():
         ax.set_ylabel("writes/s")
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.set_title("size-extending appends vs overwrites, 1 job")
-        fig.text(0.5, 0.005, foot, ha="center", fontsize=8, color="#666666")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
-        fig.savefig(os.path.join(out, "append.png"), dpi=80)
-        plt.close(fig)
-        written.append("append.png")
+        finish(fig, "append.png", (0, 0.03, 1, 1))
     for w in written:
         print(os.path.join(out, w))
 
