@@ -50,6 +50,36 @@ func queueBatch(t *testing.T, j *journal.Journal, txs []*journal.Tx) (release fu
 var errPanic = errors.New("Commit panicked")
 
 // word is 8 bytes naming transaction (g, i): goroutine g's i-th commit.
+// commitFromGoroutines runs goroutines goroutines that each commit each
+// transactions: word(g, i) at the three offsets at(g) names.
+func commitFromGoroutines(t *testing.T, j *journal.Journal, goroutines, each int, at func(g int) [3]format.Off) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			offs := at(g)
+			for i := range each {
+				tx := j.Begin()
+				for _, off := range offs {
+					tx.Write(off, word(g, i))
+				}
+				if err := tx.Commit(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
 func word(g, i int) []byte {
 	return binary.LittleEndian.AppendUint64(nil, uint64(g)<<32|uint64(i+1))
 }
@@ -138,29 +168,9 @@ func TestGroupCommitStress(t *testing.T) {
 	j, sb := newJournal(t, m)
 	base := sb.DataStart.Off()
 	shared := base + 100*format.BlockSize
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				tx := j.Begin()
-				tx.Write(base+format.Off(g*format.InodeSize), word(g, i))
-				tx.Write(base+format.Off((g+goroutines)*format.BlockSize), word(g, i))
-				tx.Write(shared, word(g, i))
-				if err := tx.Commit(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	commitFromGoroutines(t, j, goroutines, each, func(g int) [3]format.Off {
+		return [3]format.Off{base + format.Off(g*format.InodeSize), base + format.Off((g+goroutines)*format.BlockSize), shared}
+	})
 	b := m.Bytes()
 	last := map[string]bool{}
 	for g := range goroutines {
@@ -200,29 +210,9 @@ func TestGroupCommitCrashImages(t *testing.T) {
 	second := func(g int) format.Off { return base + format.Off((1+g)*format.BlockSize) }
 	shared := base + format.Off((1+goroutines)*format.BlockSize)
 	first := rec.Fences()
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				tx := j.Begin()
-				tx.Write(own(g), word(g, i))
-				tx.Write(second(g), word(g, i))
-				tx.Write(shared, word(g, i))
-				if err := tx.Commit(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	commitFromGoroutines(t, j, goroutines, each, func(g int) [3]format.Off {
+		return [3]format.Off{own(g), second(g), shared}
+	})
 
 	// The commit order, batch by batch.
 	js, jend := sb.JournalStart.Off(), sb.JournalStart.Off()+format.Off(sb.JournalLen*format.BlockSize)
