@@ -9,6 +9,7 @@ set -euo pipefail
 RUNS=${1:-3}
 BS=${2:-1M}
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 go build -o bin/dnnfs-bench ./cmd/dnnfs
 BIN=$PWD/bin/dnnfs-bench
 W=$(mktemp -d /dev/shm/dnnfs-bench.XXXX)
@@ -17,16 +18,6 @@ trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; sleep 1; umount -l $W/mnt 
 mkdir -p $W/mnt $W/tmpfs
 mount -t tmpfs -o size=4g tmpfs $W/tmpfs
 
-mountdnnfs() { # $1 = lock mode
-  $BIN mount --pool $W/pool $W/mnt --log-level warn --lock "$1" 2>>$W/daemon.log &
-  DPID=$!
-  for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && return; sleep 0.05; done
-  echo "mount failed"; cat $W/daemon.log; exit 1
-}
-umountdnnfs() {
-  kill -TERM $DPID; wait $DPID; DPID=
-  for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo || return 0; sleep 0.05; done
-}
 fiobw() { # dir rw jobs -> MiB/s
   local dir=$1 rw=$2 jobs=$3
   fio --name=b --directory=$dir --filename=f --rw=$rw --bs=$BS --ioengine=psync \
@@ -34,7 +25,6 @@ fiobw() { # dir rw jobs -> MiB/s
       --group_reporting --output-format=terse --terse-version=3 2>/dev/null |
     awk -F';' -v rw=$rw '{ if (rw=="write") print $48/1024; else print $7/1024 }'
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 declare -A R
 for run in $(seq $RUNS); do
@@ -45,9 +35,9 @@ for run in $(seq $RUNS); do
         w=$(fiobw $W/tmpfs write $jobs); r=$(fiobw $W/tmpfs read $jobs)
       else
         rm -f $W/pool; $BIN mkfs --pool $W/pool --size 3GiB >/dev/null
-        mountdnnfs $sys; fallocate -l 1G $W/mnt/f
+        mountdnnfs $BIN --lock $sys; fallocate -l 1G $W/mnt/f
         w=$(fiobw $W/mnt write $jobs); umountdnnfs
-        mountdnnfs $sys; r=$(fiobw $W/mnt read $jobs); umountdnnfs
+        mountdnnfs $BIN --lock $sys; r=$(fiobw $W/mnt read $jobs); umountdnnfs
       fi
       R[$sys,$jobs,w]+="$w "; R[$sys,$jobs,r]+="$r "
     done

@@ -10,6 +10,7 @@ set -euo pipefail
 RUNS=${1:-3}
 BS=${2:-1M}
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 BASE=$(realpath "${3:-bin/dnnfs-base}")
 go build -o bin/dnnfs-fusepath ./cmd/dnnfs
 NEW=$PWD/bin/dnnfs-fusepath
@@ -20,16 +21,6 @@ trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; sleep 1; umount -l $W/mnt 
 mkdir -p $W/mnt $W/tmpfs
 mount -t tmpfs -o size=2g tmpfs $W/tmpfs
 
-mountdnnfs() { # $1 = binary
-  "$1" mount --pool $W/pool $W/mnt --log-level warn 2>>$W/daemon.log &
-  DPID=$!
-  for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && return; sleep 0.05; done
-  echo "mount failed"; cat $W/daemon.log; exit 1
-}
-umountdnnfs() {
-  kill -TERM $DPID; wait $DPID; DPID=
-  for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo || return 0; sleep 0.05; done
-}
 fiobw() { # dir rw bs [extra fio args] -> MiB/s
   local dir=$1 rw=$2 bs=$3
   shift 3
@@ -37,7 +28,6 @@ fiobw() { # dir rw bs [extra fio args] -> MiB/s
       --group_reporting --output-format=terse --terse-version=3 "$@" 2>/dev/null |
     awk -F';' -v rw=$rw '{ if (rw ~ /write/) print $48/1024; else print $7/1024 }'
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 run() { # sys dir [binary]: the sequential read comes after a remount (dnnfs)
   local sys=$1 dir=$2 bin=${3:-}
   R[$sys,sw]+="$(fiobw $dir write $BS) "

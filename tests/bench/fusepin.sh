@@ -8,6 +8,7 @@
 set -euo pipefail
 RUNS=${1:-3}
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs"; exit 1; }
 go build -o bin/dnnfs-fusepath ./cmd/dnnfs
 BIN=$PWD/bin/dnnfs-fusepath
@@ -27,7 +28,6 @@ fiov() { # rw bs field [args] -> the terse field (IOPS or KiB/s)
   fio --name=b --directory=$W/mnt --filename=f --rw=$rw --bs=$bs --ioengine=psync --size=1G \
       --cpus_allowed=0 --output-format=terse --terse-version=3 "$@" 2>/dev/null | cut -d';' -f$field
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
 for _ in $(seq $RUNS); do
   for cpus in 0 1 0-$(($(nproc) - 1)); do

@@ -10,6 +10,7 @@ set -euo pipefail
 RUNS=${1:-5}
 TI=${2:-4MiB}
 cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 go build -o bin/dnnfs-bench ./cmd/dnnfs
 BIN=$PWD/bin/dnnfs-bench
 W=$(mktemp -d /dev/shm/dnnfs-sess.XXXX)
@@ -25,7 +26,6 @@ fiobw() { # jobs
       --size=$((1024 / $1))M --offset_increment=$((1024 / $1))M --group_reporting \
       --output-format=terse --terse-version=3 2>/dev/null | awk -F';' '{print $48/1024}'
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
 for run in $(seq $RUNS); do
   for jobs in 1 4; do
