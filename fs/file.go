@@ -21,6 +21,9 @@ type handle struct {
 func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
 	n.p.Opened(in)
 	h := &handle{appendMode: flags&syscall.O_APPEND != 0, noAtime: flags&syscall.O_NOATIME != 0}
+	if n.opts.PageCache {
+		return h, 0
+	}
 	if n.opts.ReadCache && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return h, fuse.FOPEN_KEEP_CACHE
 	}

@@ -26,6 +26,11 @@ type Options struct {
 	// ReadCache lets read-only opens use the kernel page cache
 	// (FOPEN_KEEP_CACHE) instead of direct I/O.
 	ReadCache bool
+	// PageCache makes every open use the kernel page cache, so write(2)
+	// and stores through a shared mapping of one file stay coherent as on
+	// a local file system; the kernel then serialises writers of a file
+	// (DESIGN.md, "The FUSE data path").
+	PageCache bool
 	// Tier is the SSD tier for embedding tables; nil without --ssd.
 	Tier *embedding.Tier
 }

@@ -76,6 +76,7 @@ func runMount(args []string) error {
 	nosuid := fl.Bool("nosuid", false, "ignore set-user-ID and set-group-ID bits on the mount (a mount by a user other than root always does)")
 	readOnly := fl.Bool("read-only", false, "mount read-only (-o ro): nothing reaches the pool, writes fail with EROFS, reads update no access time; a pool that needs recovery is recovered in memory only")
 	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
+	pageCache := fl.Bool("page-cache", false, "serve every open through the kernel page cache: write(2) and shared mmap stores to one page stay coherent, but the kernel serialises the writers of a file")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	commitInterval := fl.Duration("commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
@@ -240,7 +241,7 @@ func runMount(args []string) error {
 			}
 		}
 	}
-	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, Tier: tier})
+	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, PageCache: *pageCache, Tier: tier})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
 	// The atime mode shows in mountinfo like a local file system's (the
 	// kernel itself updates no atime on FUSE: the pool applies the rule).
