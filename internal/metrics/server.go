@@ -79,7 +79,11 @@ func Listen(addr string, log *zap.Logger) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		// "bind: address already in use": the caller names the address.
+		if oe, ok := err.(*net.OpError); ok {
+			return nil, oe.Err
+		}
+		return nil, err
 	}
 	s := &Server{ln: ln, reg: prometheus.NewRegistry(), fuse: newFuseMetrics(), log: log}
 	s.reg.MustRegister(s.fuse, collectors.NewGoCollector(),
