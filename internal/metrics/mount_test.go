@@ -348,26 +348,79 @@ func TestSessionsOpen(t *testing.T) {
 	}
 }
 
-// TestTierSeries: with an SSD tier, each size class and the device have
-// their series.
-func TestTierSeries(t *testing.T) {
+// TestTierMovesWithIO: with an SSD tier, each size class and the device
+// have their series, and a table's write and read move the class and
+// device counters by what they asked for.
+func TestTierMovesWithIO(t *testing.T) {
 	mt := mountWithMetrics(t, true, true)
-	f := mt.scrape(t)
-	if v := value(t, f, "dnnfs_embedding_device_info", "device", "1", "dir", mt.ssdDir); v != 1 {
+	before := mt.scrape(t)
+	if v := value(t, before, "dnnfs_embedding_device_info", "device", "1", "dir", mt.ssdDir); v != 1 {
 		t.Errorf("dnnfs_embedding_device_info = %v, want 1", v)
 	}
 	for _, class := range []string{"small", "medium", "large"} {
 		for _, name := range []string{"dnnfs_embedding_queued_pieces", "dnnfs_embedding_requests_total",
 			"dnnfs_embedding_request_seconds_count"} {
-			if v := value(t, f, name, "class", class); v != 0 {
+			if v := value(t, before, name, "class", class); v != 0 {
 				t.Errorf("%s{class=%q} = %v on an idle tier, want 0", name, class, v)
 			}
 		}
-		if v := value(t, f, "dnnfs_embedding_device_queued_pieces", "device", "1", "class", class); v != 0 {
+		if v := value(t, before, "dnnfs_embedding_device_queued_pieces", "device", "1", "class", class); v != 0 {
 			t.Errorf("dnnfs_embedding_device_queued_pieces{class=%q} = %v on an idle tier, want 0", class, v)
 		}
 	}
-	if v := value(t, f, "dnnfs_embedding_tables"); v != 0 {
-		t.Errorf("dnnfs_embedding_tables = %v, want 0", v)
+
+	// 4096 rows of 16 float32s (64 bytes): the whole table in one write
+	// (a large request), then 64 rows in one read (small: <=128 rows).
+	const rows, rowBytes = 4096, 64
+	f, err := os.Create(filepath.Join(mt.mnt, "emb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fsetxattr(int(f.Fd()), dfs.XattrTable, []byte("rows=4096,dim=16,dtype=f32"), 0); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, rows*rowBytes)
+	for i := range data {
+		data[i] = byte(i % 253)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 64*rowBytes)
+	if _, err := f.ReadAt(got, 100*rowBytes); err != nil {
+		t.Fatal(err)
+	}
+	after := mt.scrape(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"dnnfs_embedding_requests_total", []string{"class", "large"}, 1},
+		{"dnnfs_embedding_rows_total", []string{"class", "large"}, rows},
+		{"dnnfs_embedding_bytes_total", []string{"class", "large"}, rows * rowBytes},
+		{"dnnfs_embedding_requests_total", []string{"class", "small"}, 1},
+		{"dnnfs_embedding_rows_total", []string{"class", "small"}, 64},
+		{"dnnfs_embedding_bytes_total", []string{"class", "small"}, 64 * rowBytes},
+		{"dnnfs_embedding_requests_total", []string{"class", "medium"}, 0},
+		{"dnnfs_embedding_request_seconds_count", []string{"class", "small", "stage", "total"}, 1},
+		{"dnnfs_embedding_useful_bytes_total", nil, 64 * rowBytes},
+		{"dnnfs_embedding_device_write_bytes_total", []string{"device", "1"}, rows * rowBytes},
+		{"dnnfs_embedding_failed_requests_total", []string{"class", "small"}, 0},
+		{"dnnfs_embedding_device_errors_total", []string{"device", "1"}, 0},
+	} {
+		if d := delta(t, before, after, c.name, c.labels...); d != c.want {
+			t.Errorf("%s%v moved by %v, want %v", c.name, c.labels, d, c.want)
+		}
+	}
+	if d := delta(t, before, after, "dnnfs_embedding_device_read_bytes_total", "device", "1"); d < 64*rowBytes {
+		t.Errorf("device read bytes moved by %v for a %d-byte read", d, 64*rowBytes)
+	}
+	if v := value(t, after, "dnnfs_embedding_tables"); v != 1 {
+		t.Errorf("dnnfs_embedding_tables = %v, want 1", v)
+	}
+	if v := value(t, after, "dnnfs_embedding_device_used_bytes", "device", "1"); v < rows*rowBytes {
+		t.Errorf("dnnfs_embedding_device_used_bytes = %v for a %d-byte table", v, rows*rowBytes)
 	}
 }
