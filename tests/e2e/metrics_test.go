@@ -118,3 +118,21 @@ func TestMetricsListenRefused(t *testing.T) {
 		t.Errorf("%s was mounted by a refused mount", mnt)
 	}
 }
+
+// TestMetricsAllowRemote: --metrics-allow-remote lets the endpoint bind
+// every interface.
+func TestMetricsAllowRemote(t *testing.T) {
+	t.Parallel()
+	fs := newFS(t, "16MiB", "--metrics-listen", "0.0.0.0:0", "--metrics-allow-remote")
+	log, err := os.ReadFile(fs.LogPath)
+	must(t, err)
+	url := metricsURL.FindString(string(log))
+	// Go binds 0.0.0.0 as [::] (both IPv4 and IPv6) where it can.
+	if !strings.HasPrefix(url, "http://0.0.0.0:") && !strings.HasPrefix(url, "http://[::]:") {
+		t.Fatalf("metrics URL %q in the daemon log, want one on every interface:\n%s", url, fs.LogTail(20))
+	}
+	// The unspecified address as a destination is this host.
+	if v := metricValue(t, scrapeDaemon(t, url), "dnnfs_pool_blocks"); v <= 0 {
+		t.Errorf("dnnfs_pool_blocks = %v", v)
+	}
+}
