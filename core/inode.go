@@ -614,6 +614,7 @@ func (c *change) stageFreeInodeLocked(in *Inode) {
 		fs.imu.Lock()
 		delete(fs.inodes, in.Ino)
 		fs.freeIno = append(fs.freeIno, in.Ino)
+		fs.retireLocksLocked(in)
 		fs.imu.Unlock()
 	})
 }

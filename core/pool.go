@@ -13,6 +13,7 @@ import (
 	"github.com/dnnfs/dnnfs/alloc"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal"
+	"github.com/dnnfs/dnnfs/lock"
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/recovery"
 )
@@ -91,6 +92,8 @@ type FS struct {
 	stamped bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.
 	stats Stats
+	// retired: lock counters of freed inodes (under imu; see LockTotals).
+	retired lock.Stats
 }
 
 // Stats are counters for `dnnfs status`.

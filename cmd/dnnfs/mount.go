@@ -20,6 +20,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/internal/metrics"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -90,6 +91,8 @@ func runMount(args []string) error {
 	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
 	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
 	migrate := fl.Duration("migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
+	metricsListen := fl.String("metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (off by default; a loopback HOST unless --metrics-allow-remote)")
+	metricsRemote := fl.Bool("metrics-allow-remote", false, "let --metrics-listen bind a non-loopback address or every interface")
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -149,11 +152,23 @@ func runMount(args []string) error {
 	if *migrate < 0 {
 		return usageError{"--migrate-interval must not be negative"}
 	}
+	if *metricsListen != "" {
+		if err := metrics.CheckAddr(*metricsListen, *metricsRemote); err != nil {
+			return usageError{"--metrics-listen " + err.Error()}
+		}
+	}
 	log, err := newLogger(*level, *logFormat)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
+	var mx *metrics.Server // nil: metrics off
+	if *metricsListen != "" {
+		if mx, err = metrics.Listen(*metricsListen, log); err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
+		}
+		defer mx.Close()
+	}
 	mnt, err := filepath.Abs(fl.Arg(0))
 	if err != nil {
 		return err
@@ -273,7 +288,7 @@ func runMount(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	// Mounted, but nothing is served before Serve: the kernel queues
 	// requests until then.
-	server, err := newServer(dfs.NewRawFS(root, p, opts, log), mnt, &opts.MountOptions)
+	server, err := newServer(mx.FUSE(dfs.NewRawFS(root, p, opts, log)), mnt, &opts.MountOptions)
 	if err != nil {
 		closeTier()
 		p.Close()
@@ -313,6 +328,7 @@ func runMount(args []string) error {
 		}
 	}
 	log.Info("mounted", fields...)
+	mx.Serve(metrics.Sources{Pool: p, Tier: tier})
 
 	go func() {
 		for sig := range sigs {
@@ -331,6 +347,7 @@ func runMount(args []string) error {
 		}
 	}()
 	server.Wait()
+	mx.Close() // before the pool it reads
 	closeTier()
 	if err := p.Close(); err != nil {
 		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))
