@@ -22,7 +22,7 @@ func runFsck(args []string) error {
 	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
 	repair := fl.Bool("repair", false, "fix what is safe (orphans, link counts, unreachable inodes, damaged entries, a bad superblock copy) and say what changed")
 	if err := parse(fl, args); err != nil {
-		return exitError{2, err.Error()}
+		return err // usage errors exit 2 too; --help exits 0
 	}
 	if *poolPath == "" {
 		return exitError{2, "--pool is required"}
