@@ -40,11 +40,13 @@ func runFsck(args []string) error {
 		return exitError{2, err.Error()}
 	}
 	defer m.Close()
-	check := recovery.Check
+	check := recovery.CheckProgress
 	if *repair {
-		check = recovery.Repair
+		check = recovery.RepairProgress
 	}
-	rep, err := check(m)
+	bar := newBar("fsck", 1, false)
+	rep, err := check(m, func(step string, done, total int) { bar.set(step, int64(done), int64(total)) })
+	bar.done(err == nil)
 	if err != nil {
 		if errors.Is(err, recovery.ErrNotPool) {
 			err = fmt.Errorf("%s: %w", *poolPath, core.ErrNotPool)

@@ -10,6 +10,9 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
+// bigPool is the size from which mkfs of a pool file shows a progress bar.
+const bigPool = 64 << 30
+
 func runMkfs(args []string) error {
 	fl := newFlags("mkfs")
 	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
@@ -61,7 +64,15 @@ func formatPool(path string) error {
 		return err
 	}
 	defer m.Close()
-	if err := core.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
+	// A bar for what takes a while: a DAX device's metadata is stored and
+	// flushed byte by byte, and a big pool has much of it.
+	var bar *bar
+	if m.Kind() != pmem.Emulated || m.Size() >= bigPool {
+		bar = newBar("mkfs", 1, true)
+	}
+	err = core.FormatProgress(m, uint32(os.Getuid()), uint32(os.Getgid()), func(step string, done, total int64) { bar.set(step, done, total) })
+	bar.done(err == nil)
+	if err != nil {
 		if errors.Is(err, pmem.ErrTooSmall) {
 			return fmt.Errorf("%s: %w", path, err)
 		}
