@@ -37,7 +37,7 @@ func runFsck(args []string) error {
 		m, err = pmem.OpenReadOnly(*poolPath)
 	}
 	if err != nil {
-		return exitError{2, err.Error()}
+		return exitError{2, openPoolError(*poolPath, err).Error()}
 	}
 	defer m.Close()
 	check := recovery.CheckProgress

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/units"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -30,11 +31,13 @@ func runMkfs(args []string) error {
 	var size int64
 	if *sizeStr != "" {
 		var err error
-		if size, err = parseSize(*sizeStr); err != nil {
-			return usageError{err.Error()}
+		if size, err = parseSize(*sizeStr); errors.Is(err, units.ErrZero) {
+			return usageError{fmt.Sprintf("--size %s: the minimum pool size is %d MiB", *sizeStr, format.MinPoolSize>>20)}
+		} else if err != nil {
+			return usageError{"--size: " + err.Error()}
 		}
 		if size < format.MinPoolSize {
-			return fmt.Errorf("size %s: %w: the minimum is %d MiB", *sizeStr, pmem.ErrTooSmall, format.MinPoolSize>>20)
+			return fmt.Errorf("--size %s: %w: the minimum is %d MiB", *sizeStr, pmem.ErrTooSmall, format.MinPoolSize>>20)
 		}
 		size = size / format.BlockSize * format.BlockSize
 	} else if st, err := os.Stat(*poolPath); err != nil || st.Mode().IsRegular() {
@@ -53,6 +56,9 @@ func runMkfs(args []string) error {
 			undo()
 		}
 		return err
+	}
+	if w := spaceWarning(*poolPath); w != "" {
+		fmt.Fprintln(os.Stderr, "dnnfs mkfs: warning:", w)
 	}
 	return nil
 }

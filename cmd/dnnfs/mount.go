@@ -101,7 +101,7 @@ func runMount(args []string) error {
 	}
 	lockMode, err := core.ParseLockMode(*lockFlag)
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{"--lock: " + err.Error()}
 	}
 	atimeMode, err := core.ParseAtimeMode(*atimeFlag)
 	if err != nil {
@@ -190,7 +190,10 @@ func runMount(args []string) error {
 	}
 	m, err := open(*poolPath)
 	if err != nil {
-		return err
+		return openPoolError(*poolPath, err)
+	}
+	if w := spaceWarning(*poolPath); w != "" {
+		log.Warn(w)
 	}
 	defer m.Close()
 	start := time.Now()

@@ -116,7 +116,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 		if errors.Is(err, pmem.ErrInUse) {
 			return recoverReport{}, nil, fmt.Errorf("%v; recover works on an unmounted pool (a mounted one resumes sessions through user.dnnfs.session)", err)
 		}
-		return recoverReport{}, nil, err
+		return recoverReport{}, nil, openPoolError(poolPath, err)
 	}
 	p, rep, err := core.Open(m, core.Options{})
 	if err != nil {

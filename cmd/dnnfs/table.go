@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,9 @@ func runTableInfo(args []string) error {
 		return usageError{"want exactly one PATH argument"}
 	}
 	path := fl.Arg(0)
+	if err := onDnnfs(path); err != nil {
+		return err
+	}
 	buf := make([]byte, 4096)
 	n, err := unix.Getxattr(path, dfs.XattrTable, buf)
 	if errors.Is(err, unix.ENODATA) {
@@ -54,7 +58,17 @@ func runTableCreate(args []string) error {
 		v += ",shard=" + *shard
 	}
 	if _, err := dfs.ParseTableSpec(v); err != nil {
-		return usageError{err.Error()}
+		// Name the flag: the spec's keys are the flags' names.
+		msg := err.Error()
+		for _, k := range []string{"rows", "dim", "dtype", "shard"} {
+			if rest, ok := strings.CutPrefix(msg, k+"="); ok {
+				msg = "--" + k + " " + rest
+			}
+		}
+		return usageError{msg}
+	}
+	if err := onDnnfs(path); err != nil {
+		return err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -8,6 +8,9 @@ import (
 	"strings"
 )
 
+// ErrZero: a size of 0, where a positive one is needed.
+var ErrZero = errors.New("must be more than 0")
+
 // ErrTooLarge: a size that does not fit in an int64 (8 EiB - 1).
 var ErrTooLarge = errors.New("too large (the largest size is 8EiB-1)")
 
@@ -36,7 +39,10 @@ func ParseSize(s string) (int64, error) {
 	if errors.Is(err, strconv.ErrRange) || (err == nil && n > uint64(math.MaxInt64/mult)) {
 		return 0, fmt.Errorf("size %q: %w", s, ErrTooLarge)
 	}
-	if err != nil || n == 0 {
+	if err == nil && n == 0 {
+		return 0, fmt.Errorf("size %q: %w", s, ErrZero)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("cannot parse size %q (examples: 8GiB, 512MiB, 2TiB, 1PiB, 1073741824)", s)
 	}
 	return int64(n) * mult, nil

@@ -26,8 +26,13 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) = %d, %v; want ErrTooLarge", in, n, err)
 		}
 	}
-	for _, in := range []string{"", "0", "0PiB", "-1", "1.5GiB", "GiB", "1XiB", "1EiB", "bogus"} {
-		if n, err := ParseSize(in); err == nil || errors.Is(err, ErrTooLarge) {
+	for _, in := range []string{"0", "0PiB", "0 KiB"} {
+		if n, err := ParseSize(in); !errors.Is(err, ErrZero) {
+			t.Errorf("ParseSize(%q) = %d, %v; want ErrZero", in, n, err)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5GiB", "GiB", "1XiB", "1EiB", "bogus"} {
+		if n, err := ParseSize(in); err == nil || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrZero) {
 			t.Errorf("ParseSize(%q) = %d, %v; want a parse error", in, n, err)
 		}
 	}

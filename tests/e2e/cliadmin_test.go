@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dnnfs/dnnfs/tests/harness"
 )
 
@@ -117,5 +119,132 @@ func TestCLIProgress(t *testing.T) {
 		if code != 0 || stderr != "" || strings.Contains(stdout, "[=") || strings.Contains(stdout, "\x1b") {
 			t.Errorf("dnnfs %s without a terminal: exit %d, stderr %q, stdout %q", strings.Join(args, " "), code, stderr, stdout)
 		}
+	}
+}
+
+// TestCLIErrorMessages: the errors say what is wrong and what to do, in
+// one line: the flag a bad value was given to, the minimum pool size,
+// "not a dnnfs pool" for a file that cannot be one, a path off any dnnfs
+// mount, fusermount3's own reason, and a pool bigger than the free space
+// under it.
+func TestCLIErrorMessages(t *testing.T) {
+	t.Parallel()
+	const usage, runtime = 2, 1
+	pool := harness.Mkfs(t, "16MiB")
+	dir := t.TempDir()
+	mnt := mountDir(t)
+	wantIn := func(msg string, parts ...string) {
+		t.Helper()
+		for _, p := range parts {
+			if !strings.Contains(msg, p) {
+				t.Errorf("message %q does not say %q", msg, p)
+			}
+		}
+	}
+	// Every bad flag value names its flag.
+	for _, c := range [][]string{
+		{"--size", "mkfs", "--pool", filepath.Join(dir, "n"), "--size", "lots"},
+		{"--size", "mkfs", "--pool", filepath.Join(dir, "n"), "--size", "9000PiB"},
+		{"--threads", "cp", "--threads", "many", "a", "b"},
+		{"--threads", "cp", "--threads", "0", "a", "b"},
+		{"--repair", "fsck", "--pool", pool, "--repair=maybe"},
+		{"--dtype", "table", "create", filepath.Join(dir, "t"), "--rows", "1", "--dim", "1", "--dtype", "f64"},
+		{"--shard", "table", "create", filepath.Join(dir, "t"), "--rows", "1", "--dim", "1", "--shard", "big"},
+		{"--rows", "table", "create", filepath.Join(dir, "t"), "--rows", "-1", "--dim", "1"},
+	} {
+		wantIn(badRun(t, "", []int{usage}, c[1:]...), c[0])
+	}
+	for _, c := range [][]string{
+		{"--lock", "x"}, {"--atime", "x"}, {"--log-level", "x"}, {"--log-format", "x"}, {"--tail-interval", "x"},
+		{"--tail-interval", "0"}, {"--commit-interval", "x"}, {"--commit-interval", "-1s"}, {"--migrate-interval", "x"},
+		{"--ssd", dir + ":bw=x"}, {"--sched", "x"}, {"--classes", "x"}, {"--class-weights", "x"},
+		{"--max-piece", "x"}, {"--placement", "x"}, {"--shard-size", "x"}, {"--read-only=x"},
+	} {
+		flag, _, _ := strings.Cut(c[0], "=")
+		wantIn(badRun(t, pool, []int{usage}, append([]string{"mount", "--pool", pool, mnt}, c...)...), flag)
+	}
+	// Size 0 or below the minimum: the minimum.
+	for _, size := range []string{"0", "1KiB", "3MiB"} {
+		p := filepath.Join(dir, "small-"+size)
+		wantIn(badRun(t, p, []int{usage, runtime}, "mkfs", "--pool", p, "--size", size), "--size", "minimum", "4 MiB")
+	}
+	// A text file and an empty file are not pools (not "too small").
+	text := filepath.Join(dir, "notes.txt")
+	writeFile(t, text, []byte("my notes\n"), 0o644)
+	empty := filepath.Join(dir, "empty")
+	writeFile(t, empty, nil, 0o644)
+	for _, p := range []string{text, empty} {
+		for _, args := range [][]string{{"mount", "--pool", p, mnt}, {"fsck", "--pool", p}, {"recover", "--pool", p}} {
+			msg := badRun(t, p, []int{usage, runtime}, args...)
+			wantIn(msg, "not a dnnfs pool", "dnnfs mkfs")
+			if strings.Contains(msg, "too small") {
+				t.Errorf("%s: %q says too small", args, msg)
+			}
+		}
+	}
+	// table create/info off a dnnfs mount: said, and nothing created.
+	tbl := filepath.Join(dir, "table")
+	wantIn(badRun(t, "", []int{runtime}, "table", "create", tbl, "--rows", "10", "--dim", "4"), "not on a dnnfs mount")
+	if _, err := os.Stat(tbl); err == nil {
+		t.Errorf("table create off a dnnfs mount created %s", tbl)
+	}
+	wantIn(badRun(t, "", []int{runtime}, "table", "info", text), "not on a dnnfs mount")
+
+	// A mount that fusermount3 refuses (a user without access to
+	// /dev/fuse or the mountpoint): fusermount3's own words.
+	// The pool and the mountpoint (root's, 0755: no write access) are
+	// reachable by nobody, so the mount gets as far as fusermount3.
+	if os.Geteuid() == 0 {
+		makeReachable(t, mnt)
+		shared := filepath.Join(filepath.Dir(mnt), "pool")
+		writeFile(t, shared, readFile(t, pool), 0o666)
+		must(t, os.Chmod(shared, 0o666))
+		cmd := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", harness.Binary(t), "mount", "--pool", shared, mnt)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err == nil {
+			t.Fatalf("mount as nobody succeeded")
+		}
+		t.Logf("mount as nobody: %s", stderr.String())
+		wantOneLine(t, "mount as nobody", stderr.String())
+		wantIn(stderr.String(), "fusermount3: ")
+		if strings.Contains(stderr.String(), "exited with") {
+			t.Errorf("mount as nobody: %q tells an exit code, not fusermount3's reason", stderr.String())
+		}
+	}
+}
+
+// TestCLISpaceWarning: mkfs and mount warn when a pool file may grow past
+// the free space of the file system under it.
+func TestCLISpaceWarning(t *testing.T) {
+	t.Parallel()
+	small := harness.TmpfsDir(t, "16m")
+	var sfs unix.Statfs_t
+	must(t, unix.Statfs(small, &sfs))
+	if free := int64(sfs.Bavail) * sfs.Bsize; free > 32<<20 {
+		t.Skipf("no small tmpfs to put the pool on (%d bytes free under %s)", free, small)
+	}
+	pool := filepath.Join(small, "pool")
+	stdout, stderr, code := harness.Run(t, "mkfs", "--pool", pool, "--size", "64MiB")
+	if code != 0 {
+		t.Fatalf("mkfs: exit %d\n%s%s", code, stdout, stderr)
+	}
+	wantOneLine(t, "mkfs of a pool larger than its file system", stderr)
+	if !strings.Contains(stderr, "warning") || !strings.Contains(stderr, "free") {
+		t.Errorf("mkfs of a 64 MiB pool on a 16 MiB tmpfs: stderr %q, want a warning about free space", stderr)
+	}
+	fs := harness.Mount(t, pool)
+	fs.Unmount(t)
+	warned := false
+	for _, w := range latestWarnings(t, fs.LogPath) {
+		warned = warned || strings.Contains(w, "free")
+	}
+	if !warned {
+		t.Errorf("mount of a 64 MiB pool on a 16 MiB tmpfs does not warn about free space: %q", latestWarnings(t, fs.LogPath))
+	}
+	// A pool that fits: no warning.
+	roomy := filepath.Join(t.TempDir(), "pool")
+	if _, stderr, code := harness.Run(t, "mkfs", "--pool", roomy, "--size", "8MiB"); code != 0 || stderr != "" {
+		t.Errorf("mkfs of a pool that fits: exit %d, stderr %q", code, stderr)
 	}
 }
