@@ -121,6 +121,7 @@ func flagsOf(run func([]string) error) *pflag.FlagSet {
 func newFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
+	fs.BoolP("help", "h", false, "show this help and exit")
 	return fs
 }
 
@@ -138,6 +139,9 @@ func parse(fs *pflag.FlagSet, args []string) error {
 			return err
 		}
 		return usageError{err.Error()}
+	}
+	if help, _ := fs.GetBool("help"); help {
+		return pflag.ErrHelp
 	}
 	return nil
 }
@@ -233,6 +237,46 @@ func newRoot(completing bool) *cobra.Command {
 		table.AddCommand(newCommand(c, completing))
 	}
 	root.AddCommand(table)
+	// help and completion are cobra's, but a topic or shell it does not
+	// know is a usage error (exit 2), not the help with exit 0.
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [COMMAND]...",
+		Short: "show a command's usage and flags",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageError{fmt.Sprintf("unknown help topic %q (run dnnfs --help for the commands)", strings.Join(args, " "))}
+			}
+			// As cobra does before the help it prints for CMD --help.
+			c.InitDefaultHelpFlag()
+			c.InitDefaultVersionFlag()
+			return c.Help()
+		},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			c, _, err := root.Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var out []cobra.Completion
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					out = append(out, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+	})
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{"want a shell: bash, zsh, fish or powershell"}
+			}
+			return usageError{fmt.Sprintf("unknown shell %q: want bash, zsh, fish or powershell", args[0])}
+		}
+	}
 	return root
 }
 

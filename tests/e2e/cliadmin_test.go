@@ -95,9 +95,10 @@ func TestCLIProgress(t *testing.T) {
 	fs := newFS(t, "64MiB")
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, src, randBytes(9, 6<<20), 0o644)
-	// A bar: NAME, counters, [===...], percentage (mpb's BarStyle).
+	// A bar: NAME, counters, [===...], percentage (mpb's BarStyle), after
+	// the escape codes that move up over the bar drawn before.
 	barOf := func(name, counts string) *regexp.Regexp {
-		return regexp.MustCompile(`(?m)^` + name + `\s+` + counts + `\s+\[=+\]\s+100 %`)
+		return regexp.MustCompile(`(?m)^(?:\x1b\[[0-9;]*[A-Za-z])*` + name + `\s+` + counts + `\s+\[=+\]\s+100 %`)
 	}
 	out := inTerminal(t, "cp", src, fs.Path("a"))
 	if !barOf("cp", `6\.0 MiB / 6\.0 MiB`).MatchString(out) || !strings.Contains(out, "copied 6291456 bytes") {

@@ -105,6 +105,10 @@ func TestCLIVersion(t *testing.T) {
 	if code != 2 || out != "" || !strings.Contains(stderr, "Available Commands:") {
 		t.Errorf("dnnfs without a command: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
+	// An unknown help topic or shell is a usage error, not help.
+	badRun(t, "", []int{2}, "help", "frob")
+	badRun(t, "", []int{2}, "completion", "tcsh")
+	badRun(t, "", []int{2}, "completion")
 	// A mistyped command is a usage error that suggests the right one.
 	msg := badRun(t, "", []int{2}, "moutn")
 	if !strings.Contains(msg, `"mount"`) {
