@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/vbauerster/cupwriter"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
@@ -33,7 +34,7 @@ func newBar(name string, total int64, bytes bool) *bar {
 	if !stderrIsTerminal() {
 		return nil
 	}
-	b := &bar{p: mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))}
+	b := &bar{p: mpb.New(mpb.WithConsoleWriter(sizedTerminal{cupwriter.New(os.Stderr, false)}), mpb.WithWidth(40))}
 	empty := ""
 	b.step.Store(&empty)
 	counters := decor.CountersNoUnit("%d/%d", decor.WCSyncSpace)
@@ -85,4 +86,17 @@ func (b *bar) done(ok bool) {
 		b.b.Abort(false)
 	}
 	b.p.Wait()
+}
+
+// sizedTerminal is the terminal writer mpb draws with, except that a
+// terminal reporting no size (a new pseudo-terminal, a serial console)
+// counts as 80x24: mpb would draw nothing in 0 columns.
+type sizedTerminal struct{ *cupwriter.Writer }
+
+func (t sizedTerminal) GetTermSize() (width, height int, err error) {
+	width, height, err = t.Writer.GetTermSize()
+	if err == nil && width <= 0 {
+		return 80, 24, nil
+	}
+	return width, height, err
 }

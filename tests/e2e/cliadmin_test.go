@@ -70,11 +70,11 @@ func TestCLIStatusPaths(t *testing.T) {
 }
 
 // inTerminal runs dnnfs with args under script(1), whose pseudo-terminal
-// is stdin, stdout and stderr (80x24: a pty starts as 0x0, where a bar
-// has no room), and returns what the terminal showed.
+// is stdin, stdout and stderr (of size 0x0, which dnnfs takes as 80x24),
+// and returns what the terminal showed.
 func inTerminal(t *testing.T, args ...string) string {
 	t.Helper()
-	cmdline := "stty cols 80 rows 24; exec " + shellQuote(harness.Binary(t))
+	cmdline := "exec " + shellQuote(harness.Binary(t))
 	for _, a := range args {
 		cmdline += " " + shellQuote(a)
 	}
@@ -87,7 +87,7 @@ func inTerminal(t *testing.T, args ...string) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// TestCLIProgress: cp, fsck and recover draw a progress bar on a terminal
+// TestCLIProgress: cp, mkfs of a big pool, fsck and recover draw a progress bar on a terminal
 // (through a pseudo-terminal) and print nothing more than their result
 // when stderr is not one.
 func TestCLIProgress(t *testing.T) {
@@ -110,6 +110,20 @@ func TestCLIProgress(t *testing.T) {
 	}
 	wantBytes(t, "file copied on a terminal", readFile(t, fs.Path("a")), readFile(t, src))
 	fs.Unmount(t)
+
+	// mkfs of a big pool (64 GiB): on a disk file system, where its 272 MiB
+	// of metadata are allocated without being written.
+	disk, err := os.MkdirTemp("/var/tmp", "dnnfs-mkfs-bar-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(disk) })
+	out = inTerminal(t, "mkfs", "--pool", filepath.Join(disk, "big"), "--size", "64GiB")
+	if !barOf("mkfs", `272\.0 MiB / 272\.0 MiB`).MatchString(out) || !strings.Contains(out, "created dnnfs pool") {
+		t.Errorf("dnnfs mkfs of a 64 GiB pool on a terminal shows no full bar:\n%s", out)
+	}
+	stdout, stderr, code = harness.Run(t, "mkfs", "--pool", filepath.Join(disk, "big2"), "--size", "64GiB")
+	if code != 0 || strings.Contains(stderr, "[=") || strings.Contains(stderr, "\x1b") || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("dnnfs mkfs without a terminal: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
 
 	for _, args := range [][]string{{"fsck", "--pool", fs.Pool}, {"recover", "--pool", fs.Pool}} {
 		out := inTerminal(t, args...)
