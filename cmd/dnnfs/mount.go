@@ -171,7 +171,7 @@ func runMount(args []string) error {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
 	}
 	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
-		return err
+		return fmt.Errorf("--ssd: %w", err)
 	}
 	if *readOnly && len(tierOpts.Devices) > 0 {
 		return usageError{"--read-only: not with --ssd yet (the SSD tier writes its devices' labels and registry when it opens)"}

@@ -178,6 +178,8 @@ func TestCLIErrorMessages(t *testing.T) {
 		flag, _, _ := strings.Cut(c[0], "=")
 		wantIn(badRun(t, pool, []int{usage}, append([]string{"mount", "--pool", pool, mnt}, c...)...), flag)
 	}
+	// A missing --ssd directory is no usage error, but named too.
+	wantIn(badRun(t, pool, []int{runtime}, "mount", "--pool", pool, mnt, "--ssd", filepath.Join(dir, "missing")), "--ssd")
 	// Size 0 or below the minimum: the minimum.
 	for _, size := range []string{"0", "1KiB", "3MiB"} {
 		p := filepath.Join(dir, "small-"+size)
