@@ -47,7 +47,7 @@ var commands = []command{
 			"An existing dnnfs pool is only overwritten with --force.",
 		run: runMkfs, noArgs: true},
 	{use: "mount --pool PATH MOUNTPOINT", short: "mount a pool on MOUNTPOINT and serve it until it is unmounted",
-		long: "Mount a pool on MOUNTPOINT (an existing, empty-or-not directory that nothing is mounted on).\n" +
+		long: "Mount a pool on MOUNTPOINT, an existing directory with nothing mounted on it.\n" +
 			"SIGINT or SIGTERM (or fusermount3 -u / umount MOUNTPOINT) unmounts it cleanly.",
 		run: runMount, argsDirs: true},
 	{use: "fsck --pool PATH [--repair]", short: "check a pool (exit 0 clean, 1 problems, 2 could not run)",
