@@ -155,6 +155,11 @@ const formatChunk = 64 << 20
 // FormatProgress is Format telling progress (nil: nothing) as it clears
 // the metadata regions, the long part on a DAX device or a big pool.
 func FormatProgress(m pmem.Medium, uid, gid uint32, progress Progress) error {
+	return formatChunks(m, uid, gid, progress, formatChunk)
+}
+
+// formatChunks is FormatProgress clearing chunk bytes between reports.
+func formatChunks(m pmem.Medium, uid, gid uint32, progress Progress, chunk int64) error {
 	if progress == nil {
 		progress = func(string, int64, int64) {}
 	}
@@ -177,7 +182,7 @@ func FormatProgress(m pmem.Medium, uid, gid uint32, progress Progress) error {
 	metaOff, metaLen := int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off())
 	for done := int64(0); done < metaLen; {
 		progress("clearing metadata", done, metaLen)
-		n := min(formatChunk, metaLen-done)
+		n := min(chunk, metaLen-done)
 		if err := zeroRange(m, metaOff+done, n); err != nil {
 			return ioErr("clearing the metadata regions", err)
 		}
