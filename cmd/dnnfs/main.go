@@ -199,13 +199,15 @@ func newRoot(completing bool) *cobra.Command {
 		Short: "a FUSE file system for DNN parameters and checkpoints on persistent memory",
 		Long: "dnnfs creates, mounts, checks and repairs dnnfs pools.\n\n" +
 			"Run 'dnnfs COMMAND --help' (or 'dnnfs help COMMAND') for a command's flags.",
-		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.ArbitraryArgs,
 		// Without a command: the usage on stderr and exit status 2, as a
 		// bad command line; an unknown command is a usage error too.
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if v, _ := cmd.Flags().GetBool("version"); v {
+				return runVersion(nil)
+			}
 			if len(args) == 0 {
 				cmd.SetOut(os.Stderr)
 				_ = cmd.Usage()
@@ -220,7 +222,10 @@ func newRoot(completing bool) *cobra.Command {
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	root.SuggestionsMinimumDistance = 2
-	root.SetVersionTemplate("dnnfs {{.Version}}\n")
+	// --version is a flag of ours, not cobra's Version: that one prints
+	// through text/template, whose reflection keeps the linker from
+	// dropping unused methods (a third bigger binary).
+	root.Flags().BoolP("version", "v", false, "print the version")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	for _, c := range commands {
 		root.AddCommand(newCommand(c, completing))
