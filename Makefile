@@ -41,6 +41,11 @@ deps:
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		echo "installing: python3-numpy"; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-numpy >/dev/null; }
+	@# The completion test sources the bash script with bash-completion loaded.
+	@test -e /usr/share/bash-completion/bash_completion || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		echo "installing: bash-completion"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bash-completion >/dev/null; }
 	@test -e /dev/fuse || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)"; exit 1; }
 	$(GO) mod download
 	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \

@@ -144,6 +144,28 @@ type MountReport struct {
 
 // Format writes an empty file system onto m. uid and gid own the root.
 func Format(m pmem.Medium, uid, gid uint32) error {
+	return FormatProgress(m, uid, gid, nil)
+}
+
+// Progress is told how far a long operation is: done of total units
+// (bytes, or steps) of the step named.
+type Progress func(step string, done, total int64)
+
+// formatChunk is how much of the metadata regions Format clears between
+// two progress reports (on a DAX device it stores and flushes every byte).
+const formatChunk = 64 << 20
+
+// FormatProgress is Format telling progress (nil: nothing) as it clears
+// the metadata regions, the long part on a DAX device or a big pool.
+func FormatProgress(m pmem.Medium, uid, gid uint32, progress Progress) error {
+	return formatChunks(m, uid, gid, progress, formatChunk)
+}
+
+// formatChunks is FormatProgress clearing chunk bytes between reports.
+func formatChunks(m pmem.Medium, uid, gid uint32, progress Progress, chunk int64) error {
+	if progress == nil {
+		progress = func(string, int64, int64) {}
+	}
 	sb, err := format.Geometry(m.Size())
 	if err != nil {
 		return fmt.Errorf("%w: %v", pmem.ErrTooSmall, err)
@@ -161,9 +183,15 @@ func Format(m pmem.Medium, uid, gid uint32) error {
 	}
 	// Metadata regions start out zero (free inodes). Data needs no clearing.
 	metaOff, metaLen := int64(sb.JournalStart.Off()), int64(sb.DataStart.Off()-sb.JournalStart.Off())
-	if err := zeroRange(m, metaOff, metaLen); err != nil {
-		return ioErr("clearing the metadata regions", err)
+	for done := int64(0); done < metaLen; {
+		progress("clearing metadata", done, metaLen)
+		n := min(chunk, metaLen-done)
+		if err := zeroRange(m, metaOff+done, n); err != nil {
+			return ioErr("clearing the metadata regions", err)
+		}
+		done += n
 	}
+	progress("clearing metadata", metaLen, metaLen)
 	// On a sparse pool file, back the metadata regions now: a store into a
 	// hole of a full disk would kill the daemon with SIGBUS.
 	if err := m.Fallocate(metaOff, metaLen); err != nil {

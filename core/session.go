@@ -485,6 +485,42 @@ func (fs *FS) recoverSessions() (open, closed int, err error) {
 	return open, closed, nil
 }
 
+// PathsOf returns a path from the root of each inode in want that has one,
+// in one walk of the tree (PathOf walks it once per inode); an unlinked
+// inode (deleted but open) has none.
+func (fs *FS) PathsOf(want map[Ino]bool) map[Ino]string {
+	type item struct {
+		in   *Inode
+		path string
+	}
+	found := make(map[Ino]string, len(want))
+	root := fs.Root()
+	if want[root.Ino] {
+		found[root.Ino] = "/"
+	}
+	stack := []item{{root, ""}}
+	for len(stack) > 0 && len(found) < len(want) {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		it.in.mu.Lock()
+		var kids []item
+		for name, e := range it.in.dir.names {
+			p := it.path + "/" + name
+			if _, ok := found[e.ino]; !ok && want[e.ino] {
+				found[e.ino] = p
+			}
+			if e.typ == format.DTDir {
+				if ch := fs.Inode(e.ino); ch != nil {
+					kids = append(kids, item{ch, p})
+				}
+			}
+		}
+		it.in.mu.Unlock()
+		stack = append(stack, kids...)
+	}
+	return found
+}
+
 // PathOf returns a path of the inode from the root ("" if unreachable).
 func (fs *FS) PathOf(target *Inode) string {
 	type item struct {

@@ -40,7 +40,7 @@ func TestParseXattrValues(t *testing.T) {
 		{"rows=0,dim=4,dtype=f32", `rows="0": want an integer from 1`},
 		{"rows=10,dim=4294967296,dtype=f32", `dim="4294967296": want an integer from 1 to 4294967295`},
 		{"rows=10,dim=4,dtype=f64", `dtype="f64": want f32, f16 or bf16`},
-		{"rows=10,dim=4,dtype=f32,shard=0", `shard="0": cannot parse size`},
+		{"rows=10,dim=4,dtype=f32,shard=0", `shard="0": size "0": must be more than 0`},
 		{"rows=10,dim=4,dtype=f32,cols=3", `unknown key "cols" (want rows, dim, dtype, shard)`},
 		{"rows=10;dim=4", `rows="10;dim=4": want an integer`},
 		{"", "empty value"},

@@ -79,7 +79,10 @@ type LockJSON struct {
 
 // LocksJSON is the value of user.dnnfs.locks.
 type LocksJSON struct {
-	Ino      uint64     `json:"ino"`
+	Ino uint64 `json:"ino"`
+	// Path is a path of the file from the mount's root, in
+	// user.dnnfs.status only ("" there: deleted but still open).
+	Path     string     `json:"path,omitempty"`
 	LockMode string     `json:"lock_mode"`
 	Run      []LockJSON `json:"run"`
 	Wait     []LockJSON `json:"wait"`
@@ -141,6 +144,14 @@ func statusJSON(p *core.FS, t *embedding.Tier) StatusJSON {
 		if j.Stats.Acquired > 0 || len(j.Wait) > 0 {
 			s.Files = append(s.Files, j)
 		}
+	}
+	want := make(map[core.Ino]bool, len(s.Files))
+	for _, f := range s.Files {
+		want[core.Ino(f.Ino)] = true
+	}
+	paths := p.PathsOf(want)
+	for i := range s.Files {
+		s.Files[i].Path = paths[core.Ino(s.Files[i].Ino)]
 	}
 	return s
 }

@@ -137,7 +137,10 @@ type analysis struct {
 	tierBad  bool // the superblock names a registry that is damaged or shared
 }
 
-func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
+func analyze(m pmem.Medium, overlay bool, progress Progress) (*analysis, error) {
+	if progress == nil {
+		progress = func(string, int, int) {}
+	}
 	a := &analysis{m: m, rep: &Report{}, live: map[format.Ino]*inode{}, rewrites: map[format.Ino]*fix{},
 		bad: map[format.Ino]string{}, badBy: map[format.Ino][]*entry{}}
 	sb, useReplica, probs, err := readSuperblocks(m)
@@ -156,18 +159,19 @@ func analyze(m pmem.Medium, overlay bool) (*analysis, error) {
 	a.v = newView(m.Bytes(), recs)
 	a.used = alloc.New(sb.DataStart, sb.Blocks)
 
-	a.scanInodes()
-	a.claimBlocks()
-	a.checkTier()
-	a.checkTables()
-	a.checkXattrs()
-	a.checkSessions()
-	a.checkRoot()
-	a.checkFields()
-	a.scanDirs()
-	a.badInodeFixes()
-	a.namespace()
-	a.linkCounts()
+	steps := []struct {
+		name string
+		run  func()
+	}{
+		{"inodes", a.scanInodes}, {"blocks", a.claimBlocks}, {"SSD tier", a.checkTier}, {"tables", a.checkTables},
+		{"xattrs", a.checkXattrs}, {"sessions", a.checkSessions}, {"root", a.checkRoot}, {"fields", a.checkFields},
+		{"directories", a.scanDirs}, {"bad inodes", a.badInodeFixes}, {"namespace", a.namespace}, {"link counts", a.linkCounts},
+	}
+	for i, s := range steps {
+		progress(s.name, i, len(steps))
+		s.run()
+	}
+	progress("done", len(steps), len(steps))
 
 	for _, in := range a.order {
 		a.rep.Inodes++

@@ -40,7 +40,7 @@ type Live struct {
 // Analyze runs the checker's analysis (without the journal overlay when
 // !overlay).
 func Analyze(m pmem.Medium, overlay bool) (*Analysis, error) {
-	a, err := analyze(m, overlay)
+	a, err := analyze(m, overlay, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -85,8 +85,14 @@ var ErrNotPool = format.ErrNotPool
 // Check verifies every structure of the pool on m without changing it.
 // The error is non-nil only when the check cannot run at all (not a pool,
 // both superblocks bad).
-func Check(m pmem.Medium) (*Report, error) {
-	a, err := analyze(m, true)
+func Check(m pmem.Medium) (*Report, error) { return CheckProgress(m, nil) }
+
+// Progress is told which step of a check runs (done of total steps).
+type Progress func(step string, done, total int)
+
+// CheckProgress is Check telling progress (nil: nothing).
+func CheckProgress(m pmem.Medium, progress Progress) (*Report, error) {
+	a, err := analyze(m, true, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +106,11 @@ const maxPasses = 1000
 // that report, with Repaired listing the changes. Repairs that discard
 // damaged data say so in their line. The caller holds the pool exclusively
 // (pmem.Open).
-func Repair(m pmem.Medium) (*Report, error) {
+func Repair(m pmem.Medium) (*Report, error) { return RepairProgress(m, nil) }
+
+// RepairProgress is Repair telling progress (nil: nothing): the steps of
+// each check pass, the last pass's being the final report's.
+func RepairProgress(m pmem.Medium, progress Progress) (*Report, error) {
 	var done []string
 	sb, lines, err := repairSuperblocks(m)
 	done = append(done, lines...)
@@ -114,7 +124,7 @@ func Repair(m pmem.Medium) (*Report, error) {
 	}
 	var prev string
 	for pass := 0; pass < maxPasses; pass++ {
-		a, err := analyze(m, false)
+		a, err := analyze(m, false, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +155,7 @@ func Repair(m pmem.Medium) (*Report, error) {
 		}
 		prev = key
 	}
-	rep, err := Check(m)
+	rep, err := CheckProgress(m, progress)
 	if err != nil {
 		return nil, err
 	}

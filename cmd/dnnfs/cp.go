@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -48,7 +49,15 @@ func runCp(args []string) error {
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		ident += fmt.Sprintf(" dev=%d ino=%d", sys.Dev, sys.Ino)
 	}
-	st, err := client.SaveWith(dst, src, fi.Size(), client.Options{Threads: *threads, Source: ident})
+	// The bar counts the source bytes read: on a resumed cp, what was
+	// still missing.
+	bar := newBar("cp", fi.Size(), true)
+	var from io.ReaderAt = src
+	if bar != nil {
+		from = countingReader{src, bar}
+	}
+	st, err := client.SaveWith(dst, from, fi.Size(), client.Options{Threads: *threads, Source: ident})
+	bar.done(err == nil)
 	if err != nil {
 		var se *client.SegmentError
 		if errors.As(err, &se) || errors.Is(err, client.ErrSessionConflict) {
@@ -64,4 +73,17 @@ func runCp(args []string) error {
 	fmt.Printf("%s%s -> %s: copied %d bytes, skipped %d already done, %d threads, %.2fs, %.1f MB/s\n",
 		how, srcPath, dst, st.Bytes, st.Skipped, st.Threads, secs, float64(st.Bytes)/1e6/max(secs, 1e-9))
 	return nil
+}
+
+// countingReader advances a bar by what is read through it (from the
+// session's threads at once: bar.add is safe for that).
+type countingReader struct {
+	r   io.ReaderAt
+	bar *bar
+}
+
+func (c countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.bar.add(int64(n))
+	return n, err
 }

@@ -7,14 +7,17 @@
 //	dnnfs cp [--threads N] SRC DST
 //	dnnfs recover --pool PATH [--json] [--finish|--abandon]
 //	dnnfs table create PATH --rows R --dim D --dtype f32|f16|bf16 | info PATH
-//	dnnfs version
+//	dnnfs completion bash|zsh|fish
+//	dnnfs version (or --version)
 //
-// `dnnfs help` and `dnnfs CMD --help` list every flag.
+// `dnnfs help CMD` and `dnnfs CMD --help` list every flag. The commands
+// are spf13/cobra commands (main.go); each run function still parses its
+// own pflag set, which cobra is handed for help and completion.
 //
 // What it owns: flags and their validation (one line per bad value, naming
 // the flag), opening the medium (pmem) and refusing a pool in use, wiring
 // core, embedding and fs together for a mount, and the admin commands'
-// output.
+// output (with a progress bar on stderr when it is a terminal).
 //
 // What it must not do: change the pool other than through core, recovery or
 // pmem's pool creation; write anything when a command only reads or fails

@@ -22,7 +22,7 @@ func runFsck(args []string) error {
 	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
 	repair := fl.Bool("repair", false, "fix what is safe (orphans, link counts, unreachable inodes, damaged entries, a bad superblock copy) and say what changed")
 	if err := parse(fl, args); err != nil {
-		return exitError{2, err.Error()}
+		return err // usage errors exit 2 too; --help exits 0
 	}
 	if *poolPath == "" {
 		return exitError{2, "--pool is required"}
@@ -37,14 +37,16 @@ func runFsck(args []string) error {
 		m, err = pmem.OpenReadOnly(*poolPath)
 	}
 	if err != nil {
-		return exitError{2, err.Error()}
+		return exitError{2, openPoolError(*poolPath, err).Error()}
 	}
 	defer m.Close()
-	check := recovery.Check
+	check := recovery.CheckProgress
 	if *repair {
-		check = recovery.Repair
+		check = recovery.RepairProgress
 	}
-	rep, err := check(m)
+	bar := newBar("fsck", 1, false)
+	rep, err := check(m, func(step string, done, total int) { bar.set(step, int64(done), int64(total)) })
+	bar.done(err == nil)
 	if err != nil {
 		if errors.Is(err, recovery.ErrNotPool) {
 			err = fmt.Errorf("%s: %w", *poolPath, core.ErrNotPool)

@@ -7,8 +7,12 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/units"
 	"github.com/dnnfs/dnnfs/pmem"
 )
+
+// bigPool is the size from which mkfs of a pool file shows a progress bar.
+const bigPool = 64 << 30
 
 func runMkfs(args []string) error {
 	fl := newFlags("mkfs")
@@ -27,11 +31,13 @@ func runMkfs(args []string) error {
 	var size int64
 	if *sizeStr != "" {
 		var err error
-		if size, err = parseSize(*sizeStr); err != nil {
-			return usageError{err.Error()}
+		if size, err = parseSize(*sizeStr); errors.Is(err, units.ErrZero) {
+			return usageError{fmt.Sprintf("--size %s: the minimum pool size is %d MiB", *sizeStr, format.MinPoolSize>>20)}
+		} else if err != nil {
+			return usageError{"--size: " + err.Error()}
 		}
 		if size < format.MinPoolSize {
-			return fmt.Errorf("size %s: %w: the minimum is %d MiB", *sizeStr, pmem.ErrTooSmall, format.MinPoolSize>>20)
+			return fmt.Errorf("--size %s: %w: the minimum is %d MiB", *sizeStr, pmem.ErrTooSmall, format.MinPoolSize>>20)
 		}
 		size = size / format.BlockSize * format.BlockSize
 	} else if st, err := os.Stat(*poolPath); err != nil || st.Mode().IsRegular() {
@@ -51,6 +57,9 @@ func runMkfs(args []string) error {
 		}
 		return err
 	}
+	if w := spaceWarning(*poolPath); w != "" {
+		fmt.Fprintln(os.Stderr, "dnnfs mkfs: warning:", w)
+	}
 	return nil
 }
 
@@ -61,7 +70,15 @@ func formatPool(path string) error {
 		return err
 	}
 	defer m.Close()
-	if err := core.Format(m, uint32(os.Getuid()), uint32(os.Getgid())); err != nil {
+	// A bar for what takes a while: a DAX device's metadata is stored and
+	// flushed byte by byte, and a big pool has much of it.
+	var bar *bar
+	if m.Kind() != pmem.Emulated || m.Size() >= bigPool {
+		bar = newBar("mkfs", 1, true)
+	}
+	err = core.FormatProgress(m, uint32(os.Getuid()), uint32(os.Getgid()), func(step string, done, total int64) { bar.set(step, done, total) })
+	bar.done(err == nil)
+	if err != nil {
 		if errors.Is(err, pmem.ErrTooSmall) {
 			return fmt.Errorf("%s: %w", path, err)
 		}

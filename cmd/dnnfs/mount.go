@@ -104,7 +104,7 @@ func runMount(args []string) error {
 	}
 	lockMode, err := core.ParseLockMode(*lockFlag)
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{"--lock: " + err.Error()}
 	}
 	atimeMode, err := core.ParseAtimeMode(*atimeFlag)
 	if err != nil {
@@ -186,7 +186,7 @@ func runMount(args []string) error {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
 	}
 	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
-		return err
+		return fmt.Errorf("--ssd: %w", err)
 	}
 	if *readOnly && len(tierOpts.Devices) > 0 {
 		return usageError{"--read-only: not with --ssd yet (the SSD tier writes its devices' labels and registry when it opens)"}
@@ -205,7 +205,10 @@ func runMount(args []string) error {
 	}
 	m, err := open(*poolPath)
 	if err != nil {
-		return err
+		return openPoolError(*poolPath, err)
+	}
+	if w := spaceWarning(*poolPath); w != "" {
+		log.Warn(w)
 	}
 	defer m.Close()
 	start := time.Now()

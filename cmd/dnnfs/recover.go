@@ -73,10 +73,23 @@ func runRecover(args []string) error {
 	// the same way, so that a typo or a failing change writes nothing, then
 	// for real.
 	listOnly := len(*finish)+len(*abandon) == 0
-	report, notes, err := recoverPool(*poolPath, pmem.OpenPrivate, *finish, *abandon)
-	if err == nil && !listOnly {
-		report, notes, err = recoverPool(*poolPath, pmem.Open, *finish, *abandon)
+	// The bar's steps: each pass opens (and recovers), changes and closes
+	// the pool.
+	passes := int64(1)
+	if !listOnly {
+		passes = 2
 	}
+	bar := newBar("recover", 3*passes, false)
+	var steps int64
+	step := func(name string) {
+		bar.set(name, steps, 0)
+		steps++
+	}
+	report, notes, err := recoverPool(*poolPath, pmem.OpenPrivate, *finish, *abandon, step)
+	if err == nil && !listOnly {
+		report, notes, err = recoverPool(*poolPath, pmem.Open, *finish, *abandon, step)
+	}
+	bar.done(err == nil)
 	if err != nil {
 		return err
 	}
@@ -94,20 +107,23 @@ func runRecover(args []string) error {
 }
 
 // recoverPool opens the pool with open, runs the mount's recovery, applies
-// finish and abandon (FILE paths inside the pool) and closes it.
-func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish, abandon []string) (recoverReport, []string, error) {
+// finish and abandon (FILE paths inside the pool) and closes it, telling
+// step as it starts each of those three.
+func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish, abandon []string, step func(string)) (recoverReport, []string, error) {
+	step("recovering")
 	m, err := open(poolPath)
 	if err != nil {
 		if errors.Is(err, pmem.ErrInUse) {
 			return recoverReport{}, nil, fmt.Errorf("%v; recover works on an unmounted pool (a mounted one resumes sessions through user.dnnfs.session)", err)
 		}
-		return recoverReport{}, nil, err
+		return recoverReport{}, nil, openPoolError(poolPath, err)
 	}
 	p, rep, err := core.Open(m, core.Options{})
 	if err != nil {
 		m.Close()
 		return recoverReport{}, nil, fmt.Errorf("%s: %w", poolPath, err)
 	}
+	step("sessions")
 	report := recoverReport{Pool: poolPath, ClosedByRecovery: rep.SessionsClosed, Finished: []string{}, Abandoned: []string{}}
 	var notes []string
 	err = func() error {
@@ -164,6 +180,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 		report.Sessions = openSessions(p)
 	}
 	// Close cleanly whatever happened: the pool is marked clean again.
+	step("closing")
 	if cerr := p.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("%s: closing the pool: %w", poolPath, cerr)
 	}

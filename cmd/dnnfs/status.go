@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -54,9 +55,15 @@ func runStatus(args []string) error {
 	}
 	sort.Slice(st.Files, func(i, j int) bool { return st.Files[i].Stats.WaitNanos > st.Files[j].Stats.WaitNanos })
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "\nINO\tRUNNING\tWAITING\tLOCKS\tWAITS\tWAITED\tMAX-WRITES\tINTERRUPTED")
+	fmt.Fprintln(w, "\nFILE\tRUNNING\tWAITING\tLOCKS\tWAITS\tWAITED\tMAX-WRITES\tINTERRUPTED")
 	for _, f := range st.Files {
-		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\n", f.Ino, len(f.Run), len(f.Wait), f.Stats.Acquired,
+		// The daemon names each file by a path from the mount's root; one
+		// without (unlinked, kept by an open descriptor) by its inode.
+		name := fmt.Sprintf("(deleted, ino %d)", f.Ino)
+		if f.Path != "" {
+			name = filepath.Join(mnt, f.Path)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\n", name, len(f.Run), len(f.Wait), f.Stats.Acquired,
 			f.Stats.Waits, time.Duration(f.Stats.WaitNanos).Round(time.Microsecond), f.Stats.MaxWrites, f.Stats.Interrupted)
 	}
 	if err := w.Flush(); err != nil {

@@ -86,7 +86,7 @@ func TestValues(t *testing.T) {
 		{get(it("NaN").Float(0)), res{nil, `k="NaN": want a number >= 0`}},
 		{get(it("+Inf").Float(0)), res{nil, `k="+Inf": want a number >= 0`}},
 		{get(it("64KiB").Size()), res{int64(64 << 10), ""}},
-		{get(it("0").Size()), res{nil, `k="0": cannot parse size "0"`}},
+		{get(it("0").Size()), res{nil, `k="0": size "0": must be more than 0`}},
 		{get(it("90us").Duration()), res{90 * time.Microsecond, ""}},
 		{get(it("-1s").Duration()), res{nil, `k="-1s": want a duration like 90us`}},
 		{get(it("soon").Duration()), res{nil, `k="soon": want a duration like 90us`}},

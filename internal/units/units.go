@@ -1,21 +1,32 @@
 package units
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
 
+// ErrZero: a size of 0, where a positive one is needed.
+var ErrZero = errors.New("must be more than 0")
+
+// ErrTooLarge: a size that does not fit in an int64 (8 EiB - 1).
+var ErrTooLarge = errors.New("too large (the largest size is 8EiB-1)")
+
+// suffixes are tried in order: every longer suffix before its own tail
+// ("KiB" and "KB" before "B").
 var suffixes = []struct {
 	s    string
 	mult int64
 }{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"TB", 1000 * 1000 * 1000 * 1000},
-	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"PiB", 1 << 50},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"PB", 1e15},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"P", 1 << 50}, {"B", 1},
 }
 
-// ParseSize reads a positive size with an optional unit suffix.
+// ParseSize reads a positive size with an optional unit suffix: binary
+// (KiB..PiB, and K..P as their short forms) or decimal (KB..PB).
 func ParseSize(s string) (int64, error) {
 	num, mult := strings.TrimSpace(s), int64(1)
 	for _, u := range suffixes {
@@ -24,12 +35,15 @@ func ParseSize(s string) (int64, error) {
 			break
 		}
 	}
-	n, err := strconv.ParseUint(num, 10, 63)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("cannot parse size %q (examples: 8GiB, 512MiB, 1073741824)", s)
+	n, err := strconv.ParseUint(num, 10, 64)
+	if errors.Is(err, strconv.ErrRange) || (err == nil && n > uint64(math.MaxInt64/mult)) {
+		return 0, fmt.Errorf("size %q: %w", s, ErrTooLarge)
 	}
-	if int64(n) > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
+	if err == nil && n == 0 {
+		return 0, fmt.Errorf("size %q: %w", s, ErrZero)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cannot parse size %q (examples: 8GiB, 512MiB, 2TiB, 1PiB, 1073741824)", s)
 	}
 	return int64(n) * mult, nil
 }
