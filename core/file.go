@@ -275,17 +275,23 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	}
 	end := off + int64(len(data))
 	size := int64(in.d.Size)
-	c := fs.begin()
 	b0, b1 := uint64(off)/bs, (uint64(end)+bs-1)/bs
-	added, err := c.fillHolesLocked(in, in.holesLocked(b0, b1), false, false)
-	// Blocks fallocate left unwritten become data: the extent map
-	// changes in this write's transaction.
-	unwritten := in.unwrittenLocked(b0, b1)
-	if err != nil {
-		c.abort()
-		in.mu.Unlock()
-		return 0, false, err
+	// A change only for a write that allocates (it holds the blocks
+	// until they are the inode's) or kills privileges (below): an
+	// overwrite, or a write into fallocated blocks, needs none.
+	var c *change
+	var added []format.Extent
+	if holes := in.holesLocked(b0, b1); len(holes) > 0 {
+		c = fs.begin()
+		if added, err = c.fillHolesLocked(in, holes, false, false); err != nil {
+			c.abort()
+			in.mu.Unlock()
+			return 0, false, err
+		}
 	}
+	// Blocks fallocate left unwritten become data: the extent map
+	// changes in DRAM, committed with the size (§Delayed commit).
+	unwritten := in.unwrittenLocked(b0, b1)
 	var werr error
 	if off > size { // only under the whole-file lock
 		werr = fs.zeroTailLocked(in, size, off)
@@ -318,7 +324,9 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		}
 	})
 	if werr != nil {
-		c.abort()
+		if c != nil {
+			c.abort()
+		}
 		// Blocks this write overwrote in place may hold some of its bytes
 		// now, not durable: fsync says so until they are rewritten.
 		in.mu.Lock()
@@ -380,6 +388,9 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	}
 	capAt := slices.IndexFunc(in.xattrs, func(x format.Xattr) bool { return x.Name == xattrCapability })
 	if nd.Mode != in.d.Mode || capAt >= 0 {
+		if c == nil {
+			c = fs.begin()
+		}
 		if capAt >= 0 {
 			nd.Ctime = now
 			if err := c.stageXattrsLocked(in, &nd, slices.Delete(slices.Clone(in.xattrs), capAt, capAt+1)); err != nil {

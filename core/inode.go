@@ -434,19 +434,25 @@ func mergeExtents(exts, add []format.Extent) []format.Extent {
 	out := make([]format.Extent, 0, len(exts)+len(add))
 	out = append(out, exts...)
 	out = append(out, add...)
-	sort.Slice(out, func(i, j int) bool { return out[i].Logical < out[j].Logical })
+	slices.SortFunc(out, func(a, b format.Extent) int { return cmp.Compare(a.Logical, b.Logical) })
 	merged := out[:0]
 	for _, e := range out {
-		if n := len(merged); n > 0 {
-			p := &merged[n-1]
-			if p.End() == e.Logical && p.Phys+Blk(p.Len) == e.Phys && p.Unwritten == e.Unwritten {
-				p.Len += e.Len
-				continue
-			}
-		}
-		merged = append(merged, e)
+		merged = appendMerged(merged, e)
 	}
 	return merged
+}
+
+// appendMerged appends e to a sorted list, merged into the last extent
+// when it continues it (file and pool blocks, same unwritten state).
+func appendMerged(exts []format.Extent, e format.Extent) []format.Extent {
+	if n := len(exts); n > 0 {
+		p := &exts[n-1]
+		if p.End() == e.Logical && p.Phys+Blk(p.Len) == e.Phys && p.Unwritten == e.Unwritten {
+			p.Len += e.Len
+			return exts
+		}
+	}
+	return append(exts, e)
 }
 
 // cutExtents removes file blocks [from, to) from exts: kept is the new
@@ -470,13 +476,26 @@ func cutExtents(exts []format.Extent, from, to uint64) (kept, removed []format.E
 }
 
 // writtenExtents returns exts with file blocks [from, to) no longer
-// unwritten (a write reached them), merged with their neighbours.
+// unwritten (a write reached them), merged with their neighbours. It
+// runs on every write into fallocated blocks, so it builds the new list
+// in one pass and one allocation.
 func writtenExtents(exts []format.Extent, from, to uint64) []format.Extent {
-	kept, cut := cutExtents(exts, from, to)
-	for i := range cut {
-		cut[i].Unwritten = false
+	out := make([]format.Extent, 0, len(exts)+2)
+	for _, e := range exts {
+		if !e.Unwritten || e.End() <= from || e.Logical >= to {
+			out = appendMerged(out, e)
+			continue
+		}
+		lo, hi := max(e.Logical, from), min(e.End(), to)
+		if e.Logical < lo {
+			out = appendMerged(out, format.Extent{Logical: e.Logical, Phys: e.Phys, Len: lo - e.Logical, Unwritten: true})
+		}
+		out = appendMerged(out, format.Extent{Logical: lo, Phys: e.Phys + Blk(lo-e.Logical), Len: hi - lo})
+		if e.End() > hi {
+			out = appendMerged(out, format.Extent{Logical: hi, Phys: e.Phys + Blk(hi-e.Logical), Len: e.End() - hi, Unwritten: true})
+		}
 	}
-	return mergeExtents(kept, cut)
+	return out
 }
 
 // unwrittenLocked reports whether any of file blocks [from, to) is in an

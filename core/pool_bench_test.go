@@ -11,6 +11,8 @@ package core
 //	BenchmarkWrite/overwrite/1MiB
 //	BenchmarkWrite/append/4KiB      extend the file: allocation + one journal commit per write
 //	BenchmarkWrite/append/1MiB
+//	BenchmarkFill/sparse/4KiB       fill a truncated (sparse) file: allocation, delayed commit
+//	BenchmarkFill/fallocated/4KiB   fill a fallocated file: unwritten blocks become written
 //	BenchmarkReadAt/4KiB            copy out of a mapped file
 //	BenchmarkReadAt/1MiB
 
@@ -101,6 +103,48 @@ func BenchmarkWrite(b *testing.B) {
 				}
 				off += int64(sz.n)
 			}
+		})
+	}
+}
+
+// benchFill measures writes of n bytes filling a file of limit bytes
+// that prep (truncate or fallocate) made before each pass; the file is
+// committed (fsync) and truncated to 0 between passes, untimed.
+func benchFill(b *testing.B, n int, prep func(fs *FS, in *Inode, size uint64) error) {
+	const limit = 64 << 20
+	fs, in := benchFS(b, 4*limit)
+	data := make([]byte, n)
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	off := int64(limit)
+	for b.Loop() {
+		if off+int64(n) > limit {
+			b.StopTimer()
+			if err := fs.Truncate(in, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := prep(fs, in, limit); err != nil {
+				b.Fatal(err)
+			}
+			off = 0
+			b.StartTimer()
+		}
+		if _, err := fs.Write(in, off, data, false); err != nil {
+			b.Fatal(fmt.Errorf("write at %d: %w", off, err))
+		}
+		off += int64(n)
+	}
+}
+
+// BenchmarkFill: writes into a truncated (sparse) file and into a
+// fallocated one (issue #14: fallocated files no slower than sparse ones).
+func BenchmarkFill(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run("sparse/"+sz.name, func(b *testing.B) {
+			benchFill(b, sz.n, func(fs *FS, in *Inode, size uint64) error { return fs.Truncate(in, size) })
+		})
+		b.Run("fallocated/"+sz.name, func(b *testing.B) {
+			benchFill(b, sz.n, func(fs *FS, in *Inode, size uint64) error { return fs.Fallocate(in, 0, size, 0) })
 		})
 	}
 }
