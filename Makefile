@@ -51,7 +51,7 @@ run: build
 	@test -e $(POOL) || $(BIN) mkfs --pool $(POOL) --size $(POOL_SIZE)
 	@echo "dnnfs: mounting $(POOL) on $(MNT) in the foreground; use it from another shell, Ctrl-C unmounts."
 	@echo "  e.g.  dd if=/dev/zero of=$(MNT)/weights.bin bs=1M count=256 && ls -l $(MNT)"
-	$(BIN) mount --pool $(POOL) $(MNT)
+	$(BIN) mount -f --pool $(POOL) $(MNT)
 
 vet:
 	$(GO) vet ./...

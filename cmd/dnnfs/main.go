@@ -32,7 +32,7 @@ var commands = map[string]struct {
 	help string
 }{
 	"mkfs":    {runMkfs, "create a pool: --pool PATH --size SIZE [--force]"},
-	"mount":   {runMount, "mount a pool in the foreground: --pool PATH MOUNTPOINT"},
+	"mount":   {runMount, "mount a pool, returning once it is live (-f: stay in the foreground): --pool PATH MOUNTPOINT | [-o OPTS] POOL MOUNTPOINT"},
 	"fsck":    {runFsck, "check a pool (exit 0 clean, 1 problems, 2 could not run): --pool PATH [--repair]"},
 	"status":  {runStatus, "lock queues, waits and counters of a mounted pool: MOUNTPOINT [--json]"},
 	"version": {runVersion, "print the version"},
@@ -50,6 +50,7 @@ func usage() {
 }
 
 func main() {
+	os.Args = mountHelperArgs(os.Args) // as mount.fuse.dnnfs: mount(8)'s helper
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		if len(os.Args) < 2 {
