@@ -28,7 +28,7 @@ PYTHON         ?= /usr/bin/python3
 # The Python package goes where $(PYTHON) looks under PREFIX (Debian:
 # /usr/local/lib/python3.X/dist-packages; pip's --prefix would put it in
 # /usr/local/local/... there, off sys.path).
-PYSITEDIR      ?= $(shell $(PYTHON) -c 'import site, sysconfig; p = "$(PREFIX)"; print(next((d for d in site.getsitepackages() if d.startswith(p + "/")), sysconfig.get_path("purelib", vars={"base": p, "platbase": p})))')
+PYSITEDIR      ?= $(shell $(PYTHON) -c 'import site, sysconfig; p = "$(PREFIX)"; print(next((d for d in site.getsitepackages() if d.startswith(p + "/")), sysconfig.get_path("purelib", "posix_prefix", vars={"base": p, "platbase": p})))')
 
 .PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm install uninstall
 
