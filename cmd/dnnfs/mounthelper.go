@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
 // mountHelperArgs rewrites a mount(8) helper invocation into the
@@ -83,16 +85,22 @@ type mountOptions struct {
 }
 
 // applyMountOptions sets the flags of fl named by -o options (each a
-// comma-separated list; a value containing commas may be quoted or simply
-// follow its key, as in classes=128,512 or ssd=/nvme0:bw=800MiB/s,lat=90us).
-// A flag given on the command line wins over the same -o option.
+// comma-separated list, split by internal/kv; a value containing commas
+// simply follows its key, as in classes=128,512 or
+// ssd=/nvme0:bw=800MiB/s,lat=90us). Unlike kv.Parse, an option may repeat
+// (mount(8) appends to fstab's; the last wins) and may be bare. A flag
+// given on the command line wins over the same -o option.
 func applyMountOptions(fl *pflag.FlagSet, lists []string) (mountOptions, error) {
 	mo := mountOptions{raw: lists}
 	onCommandLine := map[string]bool{}
 	fl.Visit(func(f *pflag.Flag) { onCommandLine[f.Name] = true })
 	var opts []string
 	for _, l := range lists {
-		for _, o := range splitOptions(l) {
+		items, err := kv.List(l)
+		if err != nil {
+			return mo, usageError{fmt.Sprintf("-o %s: %v", l, err)}
+		}
+		for _, o := range items {
 			if len(opts) > 0 && continuesValue(fl, opts[len(opts)-1], o) {
 				opts[len(opts)-1] += "," + o
 				continue
@@ -131,7 +139,7 @@ func applyMountOptions(fl *pflag.FlagSet, lists []string) (mountOptions, error) 
 			}
 			val = "true"
 		}
-		if err := fl.Set(key, strings.Trim(val, `"`)); err != nil {
+		if err := fl.Set(key, val); err != nil {
 			return mo, usageError{fmt.Sprintf("-o %s: %v", o, err)}
 		}
 	}
@@ -154,26 +162,6 @@ func continuesValue(fl *pflag.FlagSet, prev, piece string) bool {
 		strings.HasPrefix(pk, "x-") || pk == "comment" || pk == "fsname" || pk == "subtype" ||
 		fl.Lookup(strings.ReplaceAll(pk, "_", "-")) != nil
 	return !known
-}
-
-// splitOptions splits at commas outside double quotes (mount(8)'s quoting).
-func splitOptions(s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted := false
-	for _, r := range s {
-		switch {
-		case r == '"':
-			quoted = !quoted
-			cur.WriteRune(r)
-		case r == ',' && !quoted:
-			out = append(out, cur.String())
-			cur.Reset()
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	return append(out, cur.String())
 }
 
 // mountOperands returns the mount point, taking the pool from the first
