@@ -87,9 +87,11 @@ install: build
 		$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/dnnfs.fish; \
 		echo "installed bash, zsh and fish completions"; \
 	else echo "no completions: $(BIN) has no completion command"; fi
+	@# Built from a copy: an in-tree build leaves build/ and *.egg-info in python/.
 	@if test -f python/pyproject.toml; then \
+		set -e; src=$$(mktemp -d); trap 'rm -rf "$$src"' EXIT; cp -R python/. "$$src"; \
 		echo "$(PYTHON) -m pip install --target=$(DESTDIR)$(PYSITEDIR) --no-build-isolation --no-deps ./python"; \
-		PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --target=$(DESTDIR)$(PYSITEDIR) --no-build-isolation --no-deps --no-warn-script-location --disable-pip-version-check -q ./python; \
+		PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --target=$(DESTDIR)$(PYSITEDIR) --no-build-isolation --no-deps --no-warn-script-location --disable-pip-version-check -q "$$src"; \
 	fi
 
 # The Python package's files are those its RECORD lists (pip's own
