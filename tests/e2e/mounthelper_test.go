@@ -166,6 +166,13 @@ func TestMountHelper(t *testing.T) {
 		umountAndWait(t, pool, mnt, pid)
 	})
 
+	t.Run("mount -t dnnfs", func(t *testing.T) {
+		runOK(t, "mount", "-t", "dnnfs", pool, mnt, "-o", "log-file="+logFile)
+		pid := daemonServing(t, pool, mnt)
+		writeRead(t, mnt)
+		umountAndWait(t, pool, mnt, pid)
+	})
+
 	t.Run("fstab", func(t *testing.T) {
 		fstab := filepath.Join(t.TempDir(), "fstab")
 		line := pool + " " + mnt + " fuse.dnnfs defaults,allow_other,_netdev,nofail,x-dnnfs-test,ro,noatime,log-file=" + logFile + " 0 0\n"
