@@ -108,12 +108,12 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
+	if mo.remount && fl.NArg() > 0 {
+		return remount(fl.Arg(fl.NArg()-1), mo)
+	}
 	mntArg, err := mountOperands(fl, poolPath)
 	if err != nil {
 		return err
-	}
-	if mo.remount {
-		return remount(mntArg, mo)
 	}
 	lockMode, err := core.ParseLockMode(*lockFlag)
 	if err != nil {
