@@ -7,6 +7,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -254,16 +255,28 @@ func TestSystemdUnitNotify(t *testing.T) {
 		}
 	})
 
+	// read waits for the next message, but not for one a daemon that
+	// exited can no longer send.
 	read := func(want string) {
 		t.Helper()
-		must(t, sock.SetReadDeadline(time.Now().Add(daemonWait)))
 		buf := make([]byte, 4096)
-		n, err := sock.Read(buf)
-		if err != nil {
-			t.Fatalf("waiting for %s on NOTIFY_SOCKET: %v", want, err)
-		}
-		if got := string(buf[:n]); got != want {
-			t.Fatalf("NOTIFY_SOCKET got %q, want %q", got, want)
+		for deadline := time.Now().Add(daemonWait); ; {
+			must(t, sock.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+			n, err := sock.Read(buf)
+			if err == nil {
+				if got := string(buf[:n]); got != want {
+					t.Fatalf("NOTIFY_SOCKET got %q, want %q", got, want)
+				}
+				return
+			}
+			select {
+			case <-done:
+				t.Fatalf("waiting for %s on NOTIFY_SOCKET: the daemon exited (%v): %s", want, waitErr, stderr.String())
+			default:
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) || time.Now().After(deadline) {
+				t.Fatalf("waiting for %s on NOTIFY_SOCKET: %v", want, err)
+			}
 		}
 	}
 	read("READY=1")
