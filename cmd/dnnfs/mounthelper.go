@@ -70,6 +70,13 @@ var genericOptions = map[string]bool{
 	"diratime": true, "nodiratime": true, "default_permissions": true, "loud": true, "silent": true,
 }
 
+// ignoredKeys are options with a value that concern mount(8), not the
+// file system: user=NAME is what mount(8) adds for a user's fstab mount.
+var ignoredKeys = map[string]bool{
+	"comment": true, "fsname": true, "subtype": true, "user": true, "users": true,
+	"uhelper": true, "helper": true,
+}
+
 // optionAliases map mount(8) options to `dnnfs mount` flags.
 var optionAliases = map[string]string{
 	"ro":          "read-only=true",
@@ -119,8 +126,7 @@ func applyMountOptions(fl *pflag.FlagSet, lists []string) (mountOptions, error) 
 	for _, o := range opts {
 		key, val, hasVal := strings.Cut(o, "=")
 		switch {
-		case o == "" || genericOptions[o] || strings.HasPrefix(key, "x-") ||
-			key == "comment" || key == "fsname" || key == "subtype":
+		case o == "" || genericOptions[o] || strings.HasPrefix(key, "x-") || ignoredKeys[key]:
 			continue
 		case optionAliases[o] != "":
 			key, val, hasVal = strings.Cut(optionAliases[o], "=")
@@ -159,7 +165,7 @@ func continuesValue(fl *pflag.FlagSet, prev, piece string) bool {
 	}
 	pk, _, _ := strings.Cut(piece, "=")
 	known := genericOptions[piece] || optionAliases[piece] != "" || piece == "remount" ||
-		strings.HasPrefix(pk, "x-") || pk == "comment" || pk == "fsname" || pk == "subtype" ||
+		strings.HasPrefix(pk, "x-") || ignoredKeys[pk] ||
 		fl.Lookup(strings.ReplaceAll(pk, "_", "-")) != nil
 	return !known
 }

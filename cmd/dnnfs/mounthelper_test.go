@@ -15,7 +15,7 @@ func TestApplyMountOptions(t *testing.T) {
 		remount bool
 		err     string
 	}{
-		{args: []string{"-o", "defaults,_netdev,nofail,x-systemd.automount,rw,allow_other", "P", "M"},
+		{args: []string{"-o", "defaults,_netdev,nofail,x-systemd.automount,rw,user=alice,allow_other", "P", "M"},
 			want: map[string]string{"allow-other": "true", "read-only": "false"}},
 		{args: []string{"-o", "ro,noatime,commit_interval=2s,lock=file", "P", "M"},
 			want: map[string]string{"read-only": "true", "atime": "noatime", "commit-interval": "2s", "lock": "file"}},
