@@ -15,7 +15,22 @@ FUZZEXECS ?= 50000x
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm
+# make install: PREFIX and DESTDIR as usual. mount(8) looks for its helpers
+# (mount.fuse.dnnfs) in /sbin only, whatever the prefix.
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+SBINDIR        ?= /sbin
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR    ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR     ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR    ?= $(PREFIX)/share/fish/vendor_completions.d
+PYTHON         ?= /usr/bin/python3
+# The Python package goes where $(PYTHON) looks under PREFIX (Debian:
+# /usr/local/lib/python3.X/dist-packages; pip's --prefix would put it in
+# /usr/local/local/... there, off sys.path).
+PYSITEDIR      ?= $(shell $(PYTHON) -c 'import site, sysconfig; p = "$(PREFIX)"; print(next((d for d in site.getsitepackages() if d.startswith(p + "/")), sysconfig.get_path("purelib", "posix_prefix", vars={"base": p, "platbase": p})))')
+
+.PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm install uninstall
 
 all: build
 
@@ -56,7 +71,48 @@ run: build
 	@test -e $(POOL) || $(BIN) mkfs --pool $(POOL) --size $(POOL_SIZE)
 	@echo "dnnfs: mounting $(POOL) on $(MNT) in the foreground; use it from another shell, Ctrl-C unmounts."
 	@echo "  e.g.  dd if=/dev/zero of=$(MNT)/weights.bin bs=1M count=256 && ls -l $(MNT)"
-	$(BIN) mount --pool $(POOL) $(MNT)
+	$(BIN) mount -f --pool $(POOL) $(MNT)
+
+# install: the binary, mount(8)'s helper (links to it: it acts as the
+# helper under that name), the systemd unit (README, Install), shell
+# completions and the Python package. uninstall removes exactly these.
+install: build
+	install -D -m 755 $(BIN) $(DESTDIR)$(BINDIR)/dnnfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(BINDIR)/dnnfs $(DESTDIR)$(SBINDIR)/mount.fuse.dnnfs
+	ln -sf $(BINDIR)/dnnfs $(DESTDIR)$(SBINDIR)/mount.dnnfs
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed 's|@BINDIR@|$(BINDIR)|g' dist/dnnfs@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/dnnfs@.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/dnnfs@.service
+	@if $(BIN) completion bash >/dev/null 2>&1; then \
+		set -e; \
+		install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR); \
+		$(BIN) completion bash > $(DESTDIR)$(BASHCOMPDIR)/dnnfs; \
+		$(BIN) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_dnnfs; \
+		$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/dnnfs.fish; \
+		echo "installed bash, zsh and fish completions"; \
+	else echo "no completions: $(BIN) has no completion command"; fi
+	@# Built from a copy: an in-tree build leaves build/ and *.egg-info in python/.
+	@if test -f python/pyproject.toml; then \
+		set -e; src=$$(mktemp -d); trap 'rm -rf "$$src"' EXIT; cp -R python/. "$$src"; \
+		echo "$(PYTHON) -m pip install --target=$(DESTDIR)$(PYSITEDIR) --no-build-isolation --no-deps ./python"; \
+		PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --target=$(DESTDIR)$(PYSITEDIR) --no-build-isolation --no-deps --no-warn-script-location --disable-pip-version-check -q "$$src"; \
+	fi
+
+# The Python package's files are those its RECORD lists (pip's own
+# uninstall cannot work under a DESTDIR).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/dnnfs $(DESTDIR)$(SBINDIR)/mount.fuse.dnnfs $(DESTDIR)$(SBINDIR)/mount.dnnfs \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/dnnfs@.service $(DESTDIR)$(BASHCOMPDIR)/dnnfs \
+		$(DESTDIR)$(ZSHCOMPDIR)/_dnnfs $(DESTDIR)$(FISHCOMPDIR)/dnnfs.fish
+	@for rec in $(DESTDIR)$(PYSITEDIR)/dnnfs-*.dist-info/RECORD; do \
+		test -f "$$rec" || continue; \
+		site=$$(dirname "$$(dirname "$$rec")"); \
+		echo "removing the Python package under $$site"; \
+		files=$$(cut -d, -f1 "$$rec"); \
+		echo "$$files" | while read -r f; do rm -f "$$site/$$f"; done; \
+		echo "$$files" | grep / | sed 's|/[^/]*$$||' | sort -ru | while read -r d; do rmdir "$$site/$$d" 2>/dev/null || true; done; \
+	done
 
 vet:
 	$(GO) vet ./...

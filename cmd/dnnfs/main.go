@@ -46,9 +46,11 @@ var commands = []command{
 		long: "Create a pool: a file of --size bytes (made or resized), or a whole DAX device (/dev/daxX.Y: no --size).\n" +
 			"An existing dnnfs pool is only overwritten with --force.",
 		run: runMkfs, noArgs: true},
-	{use: "mount --pool PATH MOUNTPOINT", short: "mount a pool on MOUNTPOINT and serve it until it is unmounted",
-		long: "Mount a pool on MOUNTPOINT, an existing directory with nothing mounted on it.\n" +
-			"SIGINT or SIGTERM (or fusermount3 -u / umount MOUNTPOINT) unmounts it cleanly.",
+	{use: "mount [-f] --pool PATH MOUNTPOINT | mount [-o OPTS] POOL MOUNTPOINT", short: "mount a pool on MOUNTPOINT, returning once it is live (-f: stay in the foreground)",
+		long: "Mount a pool on MOUNTPOINT, an existing directory with nothing mounted on it, and return once the\n" +
+			"mount is live, leaving a daemon (exit 0), or exit non-zero with the reason; -f stays in the foreground.\n" +
+			"Every flag is also an -o option (FLAG=VALUE or a bare boolean), as mount(8) passes them.\n" +
+			"SIGINT or SIGTERM to the daemon (or fusermount3 -u / umount MOUNTPOINT) unmounts it cleanly.",
 		run: runMount, argsDirs: true},
 	{use: "fsck --pool PATH [--repair]", short: "check a pool (exit 0 clean, 1 problems, 2 could not run)",
 		long: "Check an unmounted pool's metadata and say what is wrong; with --repair fix what is safe.\n" +
@@ -286,6 +288,7 @@ func newRoot(completing bool) *cobra.Command {
 }
 
 func main() {
+	os.Args = mountHelperArgs(os.Args) // as mount.fuse.dnnfs: mount(8)'s helper
 	completing := len(os.Args) > 1 && (os.Args[1] == cobra.ShellCompRequestCmd || os.Args[1] == cobra.ShellCompNoDescRequestCmd)
 	root := newRoot(completing)
 	cmd, err := root.ExecuteC()

@@ -24,7 +24,7 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
-func newLogger(level, format string) (*zap.Logger, error) {
+func newLogger(level, format, file string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
@@ -41,6 +41,13 @@ func newLogger(level, format string) (*zap.Logger, error) {
 		return nil, usageError{fmt.Sprintf("--log-format %q: want console or json", format)}
 	}
 	cfg.OutputPaths = []string{"stderr"}
+	if file != "" {
+		abs, err := filepath.Abs(file)
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("--log-file %q: %v", file, err)}
+		}
+		cfg.OutputPaths = []string{abs}
+	}
 	return cfg.Build()
 }
 
@@ -69,7 +76,10 @@ func unescapeMount(s string) string {
 
 func runMount(args []string) error {
 	fl := newFlags("mount")
-	poolPath := fl.String("pool", "", "pool file or DAX device (required)")
+	poolPath := fl.String("pool", "", "pool file or DAX device (required, or give POOL MOUNTPOINT)")
+	foreground := fl.BoolP("foreground", "f", false, "stay in the foreground until unmounted (default: return once the mount is live, leaving a daemon)")
+	logFile := fl.String("log-file", "", "append the log to this file (default: stderr; a daemon's goes to /var/log/dnnfs.log, or $XDG_STATE_HOME/dnnfs/dnnfs.log when not root, once it is live)")
+	options := fl.StringArrayP("options", "o", nil, "mount options, comma-separated (as mount -o): every flag here as FLAG or FLAG=VALUE, ro, noatime, allow_other, remount (to the kernel), and mount(8)'s own (defaults, _netdev, nofail, x-*) ignored")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fl.String("log-format", "console", "log format: console or json")
 	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
@@ -96,11 +106,17 @@ func runMount(args []string) error {
 	if err := parse(fl, args); err != nil {
 		return err
 	}
-	if *poolPath == "" {
-		return usageError{"--pool is required"}
+	readyPipe := takeReadyPipe() // set in a backgrounded mount's daemon
+	mo, err := applyMountOptions(fl, *options)
+	if err != nil {
+		return err
 	}
-	if fl.NArg() != 1 {
-		return usageError{"want exactly one MOUNTPOINT argument"}
+	if mo.remount && fl.NArg() > 0 {
+		return remount(fl.Arg(fl.NArg()-1), mo)
+	}
+	mntArg, err := mountOperands(fl, poolPath)
+	if err != nil {
+		return err
 	}
 	lockMode, err := core.ParseLockMode(*lockFlag)
 	if err != nil {
@@ -157,19 +173,12 @@ func runMount(args []string) error {
 			return usageError{"--metrics-listen " + err.Error()}
 		}
 	}
-	log, err := newLogger(*level, *logFormat)
+	log, err := newLogger(*level, *logFormat, *logFile)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	var mx *metrics.Server // nil: metrics off
-	if *metricsListen != "" {
-		if mx, err = metrics.Listen(*metricsListen, log); err != nil {
-			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
-		}
-		defer mx.Close()
-	}
-	mnt, err := filepath.Abs(fl.Arg(0))
+	mnt, err := filepath.Abs(mntArg)
 	if err != nil {
 		return err
 	}
@@ -184,6 +193,17 @@ func runMount(args []string) error {
 		return err
 	} else if busy {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
+	}
+	if !*foreground && readyPipe == nil {
+		return mountInBackground(args)
+	}
+	// The daemon (not the parent that waits for it) binds the metrics port.
+	var mx *metrics.Server // nil: metrics off
+	if *metricsListen != "" {
+		if mx, err = metrics.Listen(*metricsListen, log); err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
+		}
+		defer mx.Close()
 	}
 	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
 		return fmt.Errorf("--ssd: %w", err)
@@ -330,11 +350,13 @@ func runMount(args []string) error {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
+	announceReady(readyPipe, *logFile, log)
 	log.Info("mounted", fields...)
 	mx.Serve(metrics.Sources{Pool: p, Tier: tier})
 
 	go func() {
 		for sig := range sigs {
+			notifyStopping()
 			log.Info("unmounting", zap.String("signal", sig.String()), zap.String("mountpoint", mnt))
 			for i := 0; ; i++ {
 				err := server.Unmount()

@@ -53,6 +53,8 @@ if [ -z "${BIN:-}" ]; then
   go build -o $W/bin/dnnfs ./cmd/dnnfs
   BIN=$W/bin/dnnfs
 fi
+# -f: the daemon stays our child (older binaries have no -f and always do)
+FG=$("$BIN" mount --help 2>&1 | grep -q -- --foreground && echo -f)
 go build -o $W/bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
 LOOP=$W/bin/loopback
 FSTYPE=$(findmnt -no FSTYPE -T "$D" | tail -1) # the last: the visible one of stacked mounts
@@ -65,7 +67,7 @@ mountfs() {
       local pool=$D/pool; [ $1 = shm ] && pool=$W/pool
       rm -f $pool
       $BIN mkfs --pool $pool --size $((SIZE * 2 + 1024))MiB >/dev/null
-      $BIN mount --pool $pool $W/mnt --log-level warn 2>>$W/daemon.log &
+      $BIN mount $FG --pool $pool $W/mnt --log-level warn 2>>$W/daemon.log &
       ;;
     loopback)
       rm -rf $W/tmpfs/lsrc; mkdir $W/tmpfs/lsrc
@@ -82,7 +84,7 @@ mountfs() {
 }
 # remount: the same pool again (dnnfs rebuilds its DRAM index, the kernel's
 # page cache of the mount is gone).
-remountfs() { local pool=$1; umountfs; $BIN mount --pool $pool $W/mnt --log-level warn 2>>$W/daemon.log & DPID=$!
+remountfs() { local pool=$1; umountfs; $BIN mount $FG --pool $pool $W/mnt --log-level warn 2>>$W/daemon.log & DPID=$!
   for _ in $(seq 200); do grep -q " $W/mnt " /proc/self/mountinfo && return; sleep 0.05; done
   echo "remount failed:"; tail -20 $W/daemon.log; exit 1; }
 umountfs() {

@@ -17,7 +17,7 @@ DPID=
 trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; sleep 1; umount -l $W/mnt 2>/dev/null || true; rm -rf $W' EXIT
 mkdir -p $W/mnt
 $BIN mkfs --pool $W/pool --size 3GiB >/dev/null
-$BIN mount --pool $W/pool $W/mnt --log-level warn 2>>$W/daemon.log &
+$BIN mount $(fgflag $BIN) --pool $W/pool $W/mnt --log-level warn 2>>$W/daemon.log &
 DPID=$!
 for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && break; sleep 0.05; done
 fallocate -l 1G $W/mnt/f

@@ -43,9 +43,11 @@ if [ -z "${BIN:-}" ]; then
   go build -o $W/dnnfs ./cmd/dnnfs
   BIN=$W/dnnfs
 fi
+# -f: the daemon stays our child (older binaries have no -f and always do)
+FG=$("$BIN" mount --help 2>&1 | grep -q -- --foreground && echo -f)
 HZ=$(getconf CLK_TCK)
 $BIN mkfs --pool $P/pool --size ${PSIZE}GiB >/dev/null
-$BIN mount --pool $P/pool $W/mnt --log-level warn 2>>$W/daemon.log &
+$BIN mount $FG --pool $P/pool $W/mnt --log-level warn 2>>$W/daemon.log &
 DPID=$!
 for _ in $(seq 200); do grep -q " $W/mnt " /proc/self/mountinfo && break; sleep 0.05; done
 grep -q " $W/mnt " /proc/self/mountinfo || { echo "mount failed"; cat $W/daemon.log; exit 1; }

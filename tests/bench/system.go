@@ -137,7 +137,7 @@ func (s *System) mount(ctx context.Context, profile string) error {
 	case "loopback":
 		args = []string{s.b.loop, "-q", "-directmount", s.dir, s.src}
 	case "dnnfs":
-		args = []string{s.b.dnnfs, "mount", "--pool", s.pool, s.dir, "--lock", s.lock, "--log-level", "warn"}
+		args = []string{s.b.dnnfs, "mount", "-f", "--pool", s.pool, s.dir, "--lock", s.lock, "--log-level", "warn"}
 		if profile != "" {
 			args = append(args, "--cpuprofile", profile)
 		}

@@ -107,7 +107,7 @@ type mount struct {
 func (c config) mountWith(args ...string) (*mount, error) {
 	m := &mount{c: c, mnt: filepath.Join(c.work, "mnt")}
 	os.MkdirAll(m.mnt, 0o755)
-	full := append([]string{"mount", "--pool", filepath.Join(c.work, "pool"), m.mnt, "--log-level", "warn", "--migrate-interval", "0"}, args...)
+	full := append([]string{"mount", "-f", "--pool", filepath.Join(c.work, "pool"), m.mnt, "--log-level", "warn", "--migrate-interval", "0"}, args...)
 	for i := 0; i < c.devices; i++ {
 		full = append(full, "--ssd", "")
 		full[len(full)-1] = filepath.Join(c.work, fmt.Sprintf("ssd%d", i))

@@ -395,7 +395,7 @@ var (
 	fsckSeen = map[testing.TB]map[string]bool{}
 )
 
-// Mount starts `dnnfs mount --pool pool MNT --log-level debug args...` with a
+// Mount starts `dnnfs mount --pool pool MNT --log-level debug -f args...` with a
 // fresh mount point in t.TempDir() and waits until the mount is visible in
 // /proc/self/mountinfo. Cleanup (registered on t) stops the daemon and
 // detaches the mount if the test has not done so, then requires that
@@ -479,7 +479,7 @@ func (f *FS) start(t testing.TB, bin string) {
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	argv := append([]string{"mount", "--pool", f.Pool, f.Mnt, "--log-level", "debug"}, f.Args...)
+	argv := append([]string{"mount", "--pool", f.Pool, f.Mnt, "--log-level", "debug", "-f"}, f.Args...)
 	fmt.Fprintf(lf, "=== harness: %s %s (start #%d, %s)\n", bin, strings.Join(argv, " "),
 		f.startGen, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(bin, argv...)
