@@ -153,7 +153,7 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	}{
 		{[]string{"mo"}, []string{"mount"}},
 		{[]string{"f"}, []string{"fsck"}},
-		{[]string{"mount", "--lo"}, []string{"--lock", "--log-format", "--log-level"}},
+		{[]string{"mount", "--lo"}, []string{"--lock", "--log-file", "--log-format", "--log-level"}},
 		{[]string{"mount", "--lock", ""}, []string{"file", "range"}},
 		{[]string{"mount", "--atime", "no"}, []string{"noatime"}},
 		{[]string{"table", "create", "t", "--dtype", ""}, []string{"bf16", "f16", "f32"}},
