@@ -84,14 +84,10 @@ install: build
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
 	sed 's|@BINDIR@|$(BINDIR)|g' dist/dnnfs@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/dnnfs@.service
 	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/dnnfs@.service
-	@if $(BIN) completion bash >/dev/null 2>&1; then \
-		set -e; \
-		install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR); \
-		$(BIN) completion bash > $(DESTDIR)$(BASHCOMPDIR)/dnnfs; \
-		$(BIN) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_dnnfs; \
-		$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/dnnfs.fish; \
-		echo "installed bash, zsh and fish completions"; \
-	else echo "no completions: $(BIN) has no completion command"; fi
+	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	$(BIN) completion bash > $(DESTDIR)$(BASHCOMPDIR)/dnnfs
+	$(BIN) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_dnnfs
+	$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/dnnfs.fish
 	@# Built from a copy: an in-tree build leaves build/ and *.egg-info in python/.
 	@if test -f python/pyproject.toml; then \
 		set -e; src=$$(mktemp -d); trap 'rm -rf "$$src"' EXIT; cp -R python/. "$$src"; \
