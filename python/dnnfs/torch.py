@@ -262,17 +262,21 @@ class Layout:
                 extra = struct.pack("<HH", 1, len(z)) + z
             pad = _padding(offset, len(full), size)
             extra += b"FB" + struct.pack("<H", pad) + b"Z" * pad
-            emit(_LOCAL.pack(0x04034B50, 0, _FLAGS, 0, 0, 0, 0, 0, 0, len(full), len(extra)) + full + extra)
+            # An empty record has no data descriptor, so no flag bit 3.
+            flags = _FLAGS if size else _FLAGS & ~0x8
+            emit(_LOCAL.pack(0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0, len(full), len(extra)) + full + extra)
             assert cursor % _ALIGN == 0
             emit(mv)
-            if big:
+            if size == 0:
+                pass  # miniz writes no data descriptor after an empty record
+            elif big:
                 emit(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
             else:
                 emit(struct.pack("<IIII", 0x08074B50, crc, size, size))
             cz = (struct.pack("<QQ", size, size) if size >= _U32 else b"") + \
                 (struct.pack("<Q", offset) if offset >= _U32 else b"")
             cextra = struct.pack("<HH", 1, len(cz)) + cz if cz else b""
-            central += _CENTRAL.pack(0x02014B50, 0, 0, _FLAGS, 0, 0, 0, crc,
+            central += _CENTRAL.pack(0x02014B50, 0, 0, flags, 0, 0, 0, crc,
                                      min(size, _U32), min(size, _U32), len(full), len(cextra), 0, 0, 0, 0,
                                      min(offset, _U32)) + full + cextra
         cd_offset, cd_size, n = cursor, len(central), len(records)
