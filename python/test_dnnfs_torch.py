@@ -149,9 +149,9 @@ def check(mnt):
 
 
 def big_object():
-    """256 MiB the same in every process: the interrupted save and its resume."""
+    """128 MiB, the same in every process: the interrupted save and its resume."""
     g = torch.Generator().manual_seed(15)
-    obj = {"layer%02d" % i: torch.randn(4 << 20, generator=g) for i in range(16)}
+    obj = {"layer%02d" % i: torch.randn(2 << 20, generator=g) for i in range(16)}
     obj["meta"] = {"step": 1500, "note": "resumed"}
     return obj
 
