@@ -17,9 +17,9 @@ with the same object resumes: only what the interrupted save had not
 persisted is written. A save of a different object (or of the same
 object after a change) starts over.
 
-:func:`load` reads the file (any torch.save file, zip or legacy) with
-``threads`` threads through a read session into memory and unpickles it
-with torch.load.
+:func:`load` is torch.load (any torch.save file, zip or legacy) reading
+each tensor straight into its memory with ``threads`` reads in flight at
+once; it refuses a file whose save was interrupted and not resumed.
 
 Needs PyTorch (tested with Debian 12's python3-torch 1.13).
 """
@@ -40,8 +40,8 @@ import zlib
 import torch as _torch
 import torch.serialization as _ser
 
-from . import DEFAULT_THREADS, DnnfsError, _naming, _save_ranges
-from . import load as _load_bytes
+from . import (DEFAULT_THREADS, IncompleteError, _check_dnnfs, _close, _naming, _remaining, _save_ranges,
+               _session_fd)
 
 __all__ = ["save", "load", "layout"]
 
@@ -334,13 +334,15 @@ def save(obj, path, threads=DEFAULT_THREADS, pickle_protocol=2):
         return _save_ranges(path, lay.size, lay.write_range, threads, "dnnfs.torch:" + lay.fingerprint, t0)
 
 
-class _Reader(io.RawIOBase):
-    """A read-only seekable file over a buffer, without copying it (as
-    io.BytesIO(bytearray) would)."""
+class _File(io.RawIOBase):
+    """The file torch.load reads: large reads (torch reads each tensor's
+    data with one readinto, straight into the tensor's memory) are split
+    among ``threads`` threads, each one preadv of its part, so that that
+    many FUSE reads are in flight at once; nothing is copied twice."""
 
-    def __init__(self, buf):
+    def __init__(self, fd, size, threads):
         super().__init__()
-        self._mv = memoryview(buf).cast("B")
+        self._fd, self._size, self._threads = fd, size, threads
         self._pos = 0
 
     def readable(self):
@@ -349,36 +351,80 @@ class _Reader(io.RawIOBase):
     def seekable(self):
         return True
 
-    def readinto(self, b):
-        n = min(len(b), len(self._mv) - self._pos)
-        if n <= 0:
-            return 0
-        memoryview(b).cast("B")[:n] = self._mv[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
     def seek(self, off, whence=io.SEEK_SET):
         if whence == io.SEEK_SET:
             self._pos = off
         elif whence == io.SEEK_CUR:
             self._pos += off
         else:
-            self._pos = len(self._mv) + off
+            self._pos = self._size + off
         return self._pos
 
     def tell(self):
         return self._pos
 
+    def readinto(self, b):
+        mv = memoryview(b).cast("B")
+        n = max(0, min(len(mv), self._size - self._pos))
+        k = min(self._threads, n // _PARALLEL_READ)
+        if k <= 1:
+            _read_all(self._fd, mv, self._pos, n, 0)
+        else:
+            part = (n // k + 4095) // 4096 * 4096
+            errors = []
+
+            def run(a, z):
+                try:
+                    _read_all(self._fd, mv, self._pos + a, z - a, a)
+                except BaseException as e:  # noqa: B902 - re-raised below
+                    errors.append(e)
+
+            ts = [threading.Thread(target=run, args=(a, min(a + part, n)), name="dnnfs-load")
+                  for a in range(0, n, part)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            if errors:
+                raise errors[0]
+        self._pos += n
+        return n
+
+
+# Reads of at least this many bytes per thread are split among threads.
+_PARALLEL_READ = 4 << 20
+
+
+def _read_all(fd, mv, off, n, at):
+    """preadv n bytes at file offset off into mv[at:at+n]."""
+    done = 0
+    while done < n:
+        k = os.preadv(fd, [mv[at + done:at + n]], off + done)
+        if k <= 0:
+            raise OSError(5, "unexpected end of file at offset %d" % (off + done))
+        done += k
+
 
 def load(path, map_location=None, threads=DEFAULT_THREADS, **kwargs):
-    """torch.load(path, map_location, **kwargs), the file read into memory
-    by ``threads`` threads through a read session (:func:`dnnfs.load`).
-    Reads any torch.save file. Raises dnnfs.IncompleteError for a file
-    whose save was interrupted and not resumed."""
-    buf = _load_bytes(path, threads=threads)
-    try:
-        return _torch.load(_Reader(buf), map_location=map_location, **kwargs)
-    except Exception as e:
-        if hasattr(e, "add_note"):  # Python 3.11: say which file torch.load failed on
-            e.add_note("dnnfs.torch.load(%r)" % path)
-        raise
+    """torch.load(path, map_location, **kwargs), each tensor read straight
+    into its memory by ``threads`` threads at once. Reads any torch.save
+    file. Raises dnnfs.IncompleteError for a file whose save was
+    interrupted and not resumed, dnnfs.NotDnnfsError off a dnnfs mount."""
+    with _naming(path):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check_dnnfs(fd, path)
+            s = _session_fd(fd, path)
+            if s is not None and s["mode"] == "write":
+                raise IncompleteError("%s: the file has an unfinished write session: its contents are incomplete "
+                                      "(%d of %d bytes left to write; resume the save, or abandon it)"
+                                      % (path, _remaining(s), s["size"]))
+            f = _File(fd, os.fstat(fd).st_size, max(1, threads or DEFAULT_THREADS))
+            try:
+                return _torch.load(f, map_location=map_location, **kwargs)
+            except Exception as e:
+                if hasattr(e, "add_note"):  # Python 3.11: say which file torch.load failed on
+                    e.add_note("dnnfs.torch.load(%r)" % path)
+                raise
+        finally:
+            _close(fd)
