@@ -40,8 +40,9 @@ import zlib
 import torch as _torch
 import torch.serialization as _ser
 
-from . import (DEFAULT_THREADS, IncompleteError, _check_dnnfs, _close, _naming, _remaining, _save_ranges,
-               _session_fd)
+from . import (DEFAULT_THREADS, XATTR_SOURCE, DnnfsError, IncompleteError, _check_dnnfs, _close, _naming, _remaining,
+               _save_ranges, _session_fd)
+from . import session as _session
 
 __all__ = ["save", "load", "layout"]
 
@@ -103,39 +104,6 @@ def crc32_combine(crc1, crc2, len2):
         if not len2:
             break
     return crc1 ^ crc2
-
-
-def _crcs(views, threads):
-    """CRC32 of every view, pieces of _CRC_PIECE bytes computed by
-    ``threads`` threads (zlib.crc32 releases the GIL)."""
-    tasks = []
-    for i, mv in enumerate(views):
-        n = mv.nbytes
-        for off in range(0, max(n, 1), _CRC_PIECE):
-            tasks.append((i, off, min(off + _CRC_PIECE, n)))
-    parts = [None] * len(tasks)
-    lock = threading.Lock()
-    nxt = [0]
-
-    def run():
-        while True:
-            with lock:
-                k = nxt[0]
-                nxt[0] += 1
-            if k >= len(tasks):
-                return
-            i, a, b = tasks[k]
-            parts[k] = zlib.crc32(views[i][a:b])
-
-    workers = [threading.Thread(target=run, name="dnnfs-crc-%d" % j) for j in range(max(1, min(threads, len(tasks))))]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    out = [0] * len(views)
-    for (i, a, b), c in zip(tasks, parts):
-        out[i] = c if a == 0 else crc32_combine(out[i], c, b - a)
-    return out
 
 
 def _raw_view(ptr, nbytes):
@@ -223,34 +191,49 @@ def _padding(cursor, name_len, size):
 
 
 class Layout:
-    """The bytes of a torch.save file as pieces: ``size``, ``pieces``
-    (offset, bytes-like) in order and ``fingerprint`` (a hash of the
-    central directory: names, sizes and CRCs of every record)."""
+    """The bytes of a torch.save file as pieces: ``size`` and ``pieces``
+    (offset, bytes-like, event or None) in order. The CRC32s of the large
+    records are computed by ``threads`` threads in the background: a piece
+    that depends on them (a record's data descriptor, the central
+    directory) has an event set once it is filled in, and write_range
+    waits for it, so that the data is written meanwhile.
+    :meth:`fingerprint` is a hash of the central directory (names, sizes
+    and CRCs of every record)."""
 
     def __init__(self, archive, records, threads):
         prefix = archive + "/"
-        views = [mv for _, mv in records]
-        crcs = _crcs(views, threads)
+        self._records = records
+        n = len(records)
+        self._crc = [None] * n
+        self._ready = [threading.Event() for _ in range(n)]
+        self._done = threading.Event()
+        self._err = None
+        self._desc = {}  # record -> its data descriptor, filled in once its CRC is known
+        self._central = []  # (full name, size, offset, flags, central extra) per record
+        for i, (_, mv) in enumerate(records):
+            if mv.nbytes < _SMALL:
+                self._crc[i] = zlib.crc32(mv)
+                self._ready[i].set()
         pieces = []
         small = bytearray()
         small_at = 0
         cursor = 0
-        central = bytearray()
 
-        def emit(b):
+        def emit(b, event=None):
             nonlocal small, small_at, cursor
-            if len(b) < _SMALL:
+            if event is None and len(b) < _SMALL:
                 if not small:
                     small_at = cursor
                 small += b
             else:
                 if small:
-                    pieces.append((small_at, bytes(small)))
+                    pieces.append((small_at, bytes(small), None))
                     small = bytearray()
-                pieces.append((cursor, b))
+                pieces.append((cursor, b, event))
             cursor += len(b)
 
-        for (name, mv), crc in zip(records, crcs):
+        central_size = 0
+        for i, (name, mv) in enumerate(records):
             full = (prefix + name).encode()
             size = mv.nbytes
             offset = cursor
@@ -267,31 +250,116 @@ class Layout:
             emit(_LOCAL.pack(0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0, len(full), len(extra)) + full + extra)
             assert cursor % _ALIGN == 0
             emit(mv)
-            if size == 0:
-                pass  # miniz writes no data descriptor after an empty record
-            elif big:
-                emit(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
-            else:
-                emit(struct.pack("<IIII", 0x08074B50, crc, size, size))
+            if size:  # miniz writes no data descriptor after an empty record
+                desc = bytearray(24 if big else 16)
+                self._desc[i] = (desc, big)
+                if self._crc[i] is not None:
+                    self._fill_desc(i)
+                    emit(bytes(desc))
+                else:
+                    emit(desc, self._ready[i])
             cz = (struct.pack("<QQ", size, size) if size >= _U32 else b"") + \
                 (struct.pack("<Q", offset) if offset >= _U32 else b"")
             cextra = struct.pack("<HH", 1, len(cz)) + cz if cz else b""
+            self._central.append((full, size, offset, flags, cextra))
+            central_size += _CENTRAL.size + len(full) + len(cextra)
+        self._cd_offset = cursor
+        self._end = bytearray(central_size + _EOCD64.size + _LOCATOR64.size + _EOCD.size)
+        emit(self._end, self._done)
+        if small:
+            pieces.append((small_at, bytes(small), None))
+        self.size = cursor
+        self.pieces = pieces
+        self.starts = [p[0] for p in pieces]
+        self._crc_in_background(max(1, threads))
+
+    def _fill_desc(self, i):
+        desc, big = self._desc[i]
+        size = self._records[i][1].nbytes
+        if big:
+            struct.pack_into("<IIQQ", desc, 0, 0x08074B50, self._crc[i], size, size)
+        else:
+            struct.pack_into("<IIII", desc, 0, 0x08074B50, self._crc[i], size, size)
+
+    def _finish(self):
+        central = bytearray()
+        for (full, size, offset, flags, cextra), crc in zip(self._central, self._crc):
             central += _CENTRAL.pack(0x02014B50, 0, 0, flags, 0, 0, 0, crc,
                                      min(size, _U32), min(size, _U32), len(full), len(cextra), 0, 0, 0, 0,
                                      min(offset, _U32)) + full + cextra
-        cd_offset, cd_size, n = cursor, len(central), len(records)
+        n, cd_offset, cd_size = len(self._central), self._cd_offset, len(central)
         end = bytes(central)
         # miniz (zip64 enabled) writes the zip64 end records always.
         end += _EOCD64.pack(0x06064B50, _EOCD64.size - 12, 0x031E, 45, 0, 0, n, n, cd_size, cd_offset)
         end += _LOCATOR64.pack(0x07064B50, 0, cd_offset + cd_size, 1)
         end += _EOCD.pack(0x06054B50, 0, 0, min(n, _U16), min(n, _U16), min(cd_size, _U32), min(cd_offset, _U32), 0)
-        emit(end)
-        if small:
-            pieces.append((small_at, bytes(small)))
-        self.size = cursor
-        self.pieces = pieces
-        self.starts = [p[0] for p in pieces]
-        self.fingerprint = hashlib.sha256(archive.encode() + b"\0" + end).hexdigest()[:32]
+        assert len(end) == len(self._end)
+        self._end[:] = end
+        self._fp = hashlib.sha256(end).hexdigest()[:32]
+
+    def _crc_in_background(self, threads):
+        tasks = []
+        left = {}
+        for i, (_, mv) in enumerate(self._records):
+            if self._crc[i] is None:
+                for off in range(0, mv.nbytes, _CRC_PIECE):
+                    tasks.append((i, off, min(off + _CRC_PIECE, mv.nbytes)))
+                left[i] = -(-mv.nbytes // _CRC_PIECE)
+        parts = {}
+        lock = threading.Lock()
+        nxt = [0]
+        remaining = [len(left)]
+        if not left:
+            self._finish()
+            self._done.set()
+            return
+
+        def run():
+            try:
+                while True:
+                    with lock:
+                        k = nxt[0]
+                        nxt[0] += 1
+                        if k >= len(tasks) or self._err is not None:
+                            return
+                    i, a, b = tasks[k]
+                    c = zlib.crc32(self._records[i][1][a:b])
+                    with lock:
+                        parts[(i, a)] = (c, b - a)
+                        left[i] -= 1
+                        complete = left[i] == 0
+                    if complete:
+                        crc = 0
+                        for off in range(0, self._records[i][1].nbytes, _CRC_PIECE):
+                            c, ln = parts.pop((i, off))
+                            crc = c if off == 0 else crc32_combine(crc, c, ln)
+                        self._crc[i] = crc
+                        self._fill_desc(i)
+                        self._ready[i].set()
+                        with lock:
+                            remaining[0] -= 1
+                            last = remaining[0] == 0
+                        if last:
+                            self._finish()
+                            self._done.set()
+            except BaseException as e:  # noqa: B902 - raised by the waiters
+                self._err = e
+                for ev in self._ready:
+                    ev.set()
+                self._done.set()
+
+        for j in range(min(threads, len(tasks))):
+            threading.Thread(target=run, name="dnnfs-crc-%d" % j, daemon=True).start()
+
+    def _wait(self, event):
+        event.wait()
+        if self._err is not None:
+            raise DnnfsError("computing the CRC32s: %s" % self._err) from self._err
+
+    def fingerprint(self):
+        """A hash of the central directory; waits for the CRCs."""
+        self._wait(self._done)
+        return self._fp
 
     def write_range(self, fd, off, length):
         """pwritev [off, off+length) of the file to fd."""
@@ -300,7 +368,9 @@ class Layout:
             i = bisect.bisect_right(self.starts, off) - 1
             bufs, total = [], 0
             while i < len(self.pieces) and off + total < end and len(bufs) < 64:
-                start, b = self.pieces[i]
+                start, b, event = self.pieces[i]
+                if event is not None:
+                    self._wait(event)
                 mv = memoryview(b)
                 a = off + total - start
                 take = min(len(mv) - a, end - off - total)
@@ -311,6 +381,15 @@ class Layout:
             if k <= 0:
                 raise OSError(5, "pwritev wrote %d bytes" % k)
             off += k
+
+    def bytes(self):
+        """The whole file (for tests)."""
+        out = bytearray(self.size)
+        for start, b, event in self.pieces:
+            if event is not None:
+                self._wait(event)
+            out[start:start + len(b)] = b
+        return bytes(out)
 
 
 def layout(obj, path, threads=DEFAULT_THREADS, pickle_protocol=2):
@@ -330,8 +409,21 @@ def save(obj, path, threads=DEFAULT_THREADS, pickle_protocol=2):
     dnnfs.NotDnnfsError off a dnnfs mount, OSError naming the path."""
     t0 = time.monotonic()
     lay = layout(obj, path, threads, pickle_protocol)
+
+    def source():
+        return "dnnfs.torch:" + lay.fingerprint()
+
+    # An interrupted save of this very archive resumes with its own
+    # thread count, whatever this call asks for.
+    try:
+        s = _session(path)
+        if (s is not None and s["mode"] == "write" and s["size"] == lay.size
+                and os.getxattr(path, XATTR_SOURCE).decode() == source()):
+            threads = s["threads"]
+    except (OSError, DnnfsError):
+        pass  # no file yet, no session, not on dnnfs (_save_ranges says so)
     with _naming(path):
-        return _save_ranges(path, lay.size, lay.write_range, threads, "dnnfs.torch:" + lay.fingerprint, t0)
+        return _save_ranges(path, lay.size, lay.write_range, threads, source, t0)
 
 
 class _File(io.RawIOBase):

@@ -182,9 +182,14 @@ type session struct {
 }
 
 // durable is how much of path's open write session its tails cover; ok is
-// false when there is no open write session.
+// false when there is no open write session, or when the save has not yet
+// recorded what it saves (user.dnnfs-save.source: it does once it has the
+// CRCs, while it writes), without which it would start over, not resume.
 func durable(path string) (done, size int64, ok bool) {
 	buf := make([]byte, 64<<10)
+	if _, err := unix.Getxattr(path, "user.dnnfs-save.source", buf); err != nil {
+		return 0, 0, false
+	}
 	n, err := unix.Getxattr(path, "user.dnnfs.session", buf)
 	if err != nil {
 		return 0, 0, false
