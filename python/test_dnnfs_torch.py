@@ -164,9 +164,8 @@ def child_save(path):
 
 def progress(path):
     """(bytes durable by the tails, size) of path's open write session, or
-    None. A save records what it saves (dnnfs.XATTR_SOURCE) once its CRCs
-    are computed, while it writes; only then can it be resumed, so None
-    before that too."""
+    None. A save records what it saves (dnnfs.XATTR_SOURCE) before it
+    starts the session; None without it too (the save would start over)."""
     try:
         s = dnnfs.session(path)
         os.getxattr(path, dnnfs.XATTR_SOURCE)

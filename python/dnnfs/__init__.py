@@ -287,16 +287,8 @@ def save(path, data, threads=DEFAULT_THREADS, source=None):
 
 def _save_ranges(path, size, write_range, threads, source, t0):
     """save() of ``size`` bytes that write_range(fd, offset, length) writes
-    (called from one thread per segment, in order within a segment).
-
-    ``source`` may be a function returning the source string, for a
-    source that takes a while to compute (dnnfs.torch hashes the data): a
-    new session then starts without one and the source is recorded by a
-    thread once known, while the segments are written. A crash before it
-    is recorded leaves a session without a source, which the next save
-    with a source abandons instead of resuming (safe, only not resumed)."""
+    (called from one thread per segment, in order within a segment)."""
     n = _threads_for(threads, size)
-    recorder = None
     created = False
     try:
         fd = os.open(path, os.O_RDWR)
@@ -316,7 +308,7 @@ def _save_ranges(path, size, write_range, threads, source, t0):
                 stored = os.getxattr(fd, XATTR_SOURCE).decode()
             except OSError:
                 stored = None
-            if stored != (source() if callable(source) else source):
+            if stored != source:
                 _remove_session(fd, path)
                 s = None
         if s is not None and s["mode"] == "write" and os.fstat(fd).st_size != s["size"]:
@@ -335,7 +327,7 @@ def _save_ranges(path, size, write_range, threads, source, t0):
             return stats
         if s is None:
             try:
-                if source is None or callable(source):
+                if source is None:
                     os.removexattr(fd, XATTR_SOURCE)
                 else:
                     os.setxattr(fd, XATTR_SOURCE, source.encode())
@@ -343,8 +335,6 @@ def _save_ranges(path, size, write_range, threads, source, t0):
                 if e.errno != errno.ENODATA:
                     raise DnnfsError("%s: recording the source in %s: %s" % (path, XATTR_SOURCE, _why(e))) from e
             s = _start(fd, path, n, size, "write")
-            if callable(source):
-                recorder = _Recorder(fd, path, source)
         elif s["mode"] == "write" and s["size"] == size and s["threads"] == n:
             stats["resumed"] = True
         else:
@@ -354,39 +344,12 @@ def _save_ranges(path, size, write_range, threads, source, t0):
             write_range(fd, off, length)
 
         stats["bytes"], stats["skipped"] = _run_segments(path, s["segments"], work, "write")
-        if recorder is not None:
-            recorder.join()
         os.fsync(fd)
         _wait_closed(fd, path, "written")
         stats["seconds"] = time.monotonic() - t0
         return stats
     finally:
-        if recorder is not None:
-            recorder.join(raise_error=False)  # before fd is closed (and reused)
         _close(fd)
-
-
-class _Recorder(threading.Thread):
-    """Records source() in XATTR_SOURCE on fd once it returns."""
-
-    def __init__(self, fd, path, source):
-        super().__init__(name="dnnfs-source")
-        self.fd, self.path, self.source, self.error = fd, path, source, None
-        self.start()
-
-    def run(self):
-        try:
-            os.setxattr(self.fd, XATTR_SOURCE, self.source().encode())
-        except OSError as e:
-            self.error = DnnfsError("%s: recording the source in %s: %s" % (self.path, XATTR_SOURCE, _why(e)))
-            self.error.__cause__ = e
-        except BaseException as e:  # noqa: B902 - re-raised by join()
-            self.error = e
-
-    def join(self, raise_error=True):
-        super().join()
-        if raise_error and self.error is not None:
-            raise self.error
 
 
 def _close(fd):

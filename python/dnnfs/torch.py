@@ -193,12 +193,11 @@ def _padding(cursor, name_len, size):
 class Layout:
     """The bytes of a torch.save file as pieces: ``size`` and ``pieces``
     (offset, bytes-like, event or None) in order. The CRC32s of the large
-    records are computed by ``threads`` threads in the background: a piece
-    that depends on them (a record's data descriptor, the central
-    directory) has an event set once it is filled in, and write_range
-    waits for it, so that the data is written meanwhile.
-    :meth:`fingerprint` is a hash of the central directory (names, sizes
-    and CRCs of every record)."""
+    records are computed by ``threads`` threads in the background (64 MiB
+    pieces, combined); a piece that depends on them (a record's data
+    descriptor, the central directory) has an event set once it is filled
+    in, and write_range waits for it. :meth:`fingerprint` is a hash of the
+    central directory (names, sizes and CRCs of every record)."""
 
     def __init__(self, archive, records, threads):
         prefix = archive + "/"
@@ -409,16 +408,17 @@ def save(obj, path, threads=DEFAULT_THREADS, pickle_protocol=2):
     dnnfs.NotDnnfsError off a dnnfs mount, OSError naming the path."""
     t0 = time.monotonic()
     lay = layout(obj, path, threads, pickle_protocol)
-
-    def source():
-        return "dnnfs.torch:" + lay.fingerprint()
+    # The source is recorded before the session starts: an xattr set while
+    # a session's segments are written can lose their tails' progress
+    # (a save then ends with its session open).
+    source = "dnnfs.torch:" + lay.fingerprint()
 
     # An interrupted save of this very archive resumes with its own
     # thread count, whatever this call asks for.
     try:
         s = _session(path)
         if (s is not None and s["mode"] == "write" and s["size"] == lay.size
-                and os.getxattr(path, XATTR_SOURCE).decode() == source()):
+                and os.getxattr(path, XATTR_SOURCE).decode() == source):
             threads = s["threads"]
     except (OSError, DnnfsError):
         pass  # no file yet, no session, not on dnnfs (_save_ranges says so)

@@ -182,9 +182,9 @@ type session struct {
 }
 
 // durable is how much of path's open write session its tails cover; ok is
-// false when there is no open write session, or when the save has not yet
-// recorded what it saves (user.dnnfs-save.source: it does once it has the
-// CRCs, while it writes), without which it would start over, not resume.
+// false when there is no open write session, or when the file does not
+// record what is saved (user.dnnfs-save.source, set before the session
+// starts), without which a save would start over, not resume.
 func durable(path string) (done, size int64, ok bool) {
 	buf := make([]byte, 64<<10)
 	if _, err := unix.Getxattr(path, "user.dnnfs-save.source", buf); err != nil {
