@@ -238,8 +238,8 @@ class Layout:
             offset = cursor
             big = size >= _U32 or offset >= _U32
             extra = b""
-            if big:
-                z = (struct.pack("<QQ", size, size) if size >= _U32 else b"") + \
+            if big:  # miniz streams: the compressed size is not known yet (0)
+                z = (struct.pack("<QQ", size, 0) if size >= _U32 else b"") + \
                     (struct.pack("<Q", offset) if offset >= _U32 else b"")
                 extra = struct.pack("<HH", 1, len(z)) + z
             pad = _padding(offset, len(full), size)
