@@ -125,6 +125,12 @@ func pyEnv() []string {
 
 func script(name string) string { return filepath.Join(scripts, name) }
 
+// lastLine is the last non-empty line of s (a Python traceback's error).
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
 // TestInstalledPackage: pip put dnnfs (with dnnfs.torch) into the venv, and
 // the names the module always had are still there.
 func TestInstalledPackage(t *testing.T) {
@@ -250,6 +256,9 @@ func TestTorchSaveKilledDaemon(t *testing.T) {
 		t.Logf("the saving process after the daemon died: %v\n%s", err, out.String())
 		if err == nil {
 			t.Fatal("dnnfs.torch.save reported success although the daemon was killed mid-save")
+		}
+		if last := lastLine(out.String()); !strings.Contains(last, path) {
+			t.Errorf("the save's error does not name the file %s: %q", path, last)
 		}
 		break
 	}
