@@ -39,8 +39,8 @@ build:
 
 # deps installs what the suite needs on a fresh machine (Debian: fuse3 for
 # fusermount3, fio for benchmarks, attr for getfattr/setfattr, acl for
-# setfacl/getfacl, python3-numpy
-# for the Python client's example) and the Go modules.
+# setfacl/getfacl, python3-numpy, python3-torch, python3-venv, python3-setuptools
+# and python3-pip for the Python package's tests) and the Go modules.
 deps:
 	@missing=""; \
 	for pair in fusermount3:fuse3 fio:fio setfattr:attr setfacl:acl; do \
@@ -51,11 +51,17 @@ deps:
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@# The Python client's example test uses numpy from Debian's /usr/bin/python3.
-	@/usr/bin/python3 -c 'import numpy' 2>/dev/null || { \
+	@# The Python tests use Debian's /usr/bin/python3 with numpy and torch, and
+	@# pip install ./python into a venv of it (tests/python): venv, setuptools, pip.
+	@missing=""; \
+	for pair in numpy:python3-numpy torch:python3-torch venv:python3-venv ensurepip:python3-venv setuptools:python3-setuptools pip:python3-pip; do \
+		/usr/bin/python3 -c "import $${pair%%:*}" 2>/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		echo "installing: python3-numpy"; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-numpy >/dev/null; }
+		echo "installing:$$missing"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 	@# The completion test sources the bash script with bash-completion loaded.
 	@test -e /usr/share/bash-completion/bash_completion || { \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

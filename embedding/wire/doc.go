@@ -3,7 +3,7 @@
 // types with their names. The daemon (packages embedding and fs) decodes
 // requests and encodes results with it; the Go client (package client)
 // encodes requests and decodes results with it. It depends on the
-// standard library only, so the client stays light. python/dnnfs.py
+// standard library only, so the client stays light. python/dnnfs/
 // speaks the same bytes (python/test_dnnfs_wire.py and the client's
 // golden tests pin them).
 //

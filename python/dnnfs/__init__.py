@@ -85,8 +85,36 @@ class SegmentError(DnnfsError):
     ``op`` ('write', 'read', ...) and the underlying ``cause``."""
 
     def __init__(self, path, segment, offset, op, cause):
-        super().__init__("%s: segment %d: %s at offset %d: %s" % (path, segment, op, offset, cause))
+        super().__init__("%s: segment %d: %s at offset %d: %s" % (path, segment, op, offset, _why(cause)))
         self.path, self.segment, self.offset, self.op, self.cause = path, segment, offset, op, cause
+
+
+def _why(e):
+    """The reason of ``e`` for a message that names the path itself: an
+    OSError's errno and text without the descriptor number Python appends
+    to errors of calls given one (os.getxattr(fd, ...) fails with
+    "No data available: 3")."""
+    if isinstance(e, OSError) and e.errno and e.strerror:
+        return "[Errno %d] %s" % (e.errno, e.strerror)
+    return str(e)
+
+
+class _naming:
+    """Re-raise an OSError of a descriptor-based call (no file name, or
+    the descriptor number as its file name) with ``path`` as its file name,
+    so that the error says which file failed (``with _naming(path): ...``)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, e, tb):
+        if (isinstance(e, OSError) and not isinstance(e, DnnfsError) and e.errno
+                and (e.filename is None or isinstance(e.filename, int))):
+            raise type(e)(e.errno, e.strerror, self.path) from e
+        return False
 
 
 def _session_fd(fd, path):
@@ -95,7 +123,7 @@ def _session_fd(fd, path):
     except OSError as e:
         if e.errno == errno.ENODATA:
             return None
-        raise DnnfsError("%s: reading %s: %s" % (path, XATTR_SESSION, e)) from e
+        raise DnnfsError("%s: reading %s: %s" % (path, XATTR_SESSION, _why(e))) from e
     return json.loads(raw)
 
 
@@ -103,7 +131,7 @@ def _check_dnnfs(fd, path):
     try:
         os.getxattr(fd, _XATTR_LOCKS)
     except OSError as e:
-        raise NotDnnfsError("%s: not on a dnnfs mount (reading %s: %s)" % (path, _XATTR_LOCKS, e)) from e
+        raise NotDnnfsError("%s: not on a dnnfs mount (reading %s: %s)" % (path, _XATTR_LOCKS, _why(e))) from e
 
 
 def session(path):
@@ -141,7 +169,7 @@ def _start(fd, path, threads, size, mode):
     try:
         os.setxattr(fd, XATTR_SESSION, value.encode())
     except OSError as e:
-        raise DnnfsError("%s: starting a %s session (setxattr %s=%r): %s" % (path, mode, XATTR_SESSION, value, e)) from e
+        raise DnnfsError("%s: starting a %s session (setxattr %s=%r): %s" % (path, mode, XATTR_SESSION, value, _why(e))) from e
     s = _session_fd(fd, path)
     if s is None or s["mode"] != mode or s["size"] != size or s["threads"] != threads:
         raise DnnfsError("%s: the %s session just started is not there (got %r)" % (path, mode, s))
@@ -153,7 +181,7 @@ def _remove_session(fd, path):
         os.removexattr(fd, XATTR_SESSION)
     except OSError as e:
         if e.errno != errno.ENODATA:
-            raise DnnfsError("%s: abandoning a stale session: %s" % (path, e)) from e
+            raise DnnfsError("%s: abandoning a stale session: %s" % (path, _why(e))) from e
 
 
 def _remaining(s):
@@ -249,7 +277,17 @@ def save(path, data, threads=DEFAULT_THREADS, source=None):
     """
     t0 = time.monotonic()
     mv = _as_bytes_view(data)
-    size = mv.nbytes
+
+    def write_range(fd, off, length):
+        _write_all(fd, mv, off, length)
+
+    with _naming(path):
+        return _save_ranges(path, mv.nbytes, write_range, threads, source, t0)
+
+
+def _save_ranges(path, size, write_range, threads, source, t0):
+    """save() of ``size`` bytes that write_range(fd, offset, length) writes
+    (called from one thread per segment, in order within a segment)."""
     n = _threads_for(threads, size)
     created = False
     try:
@@ -283,7 +321,7 @@ def save(path, data, threads=DEFAULT_THREADS, source=None):
             if s is not None:
                 raise _conflict(path, s, "write", 0, size)
             os.ftruncate(fd, size)
-            _write_all(fd, mv, 0, size)
+            write_range(fd, 0, size)
             os.fsync(fd)
             stats.update(bytes=size, seconds=time.monotonic() - t0)
             return stats
@@ -295,7 +333,7 @@ def save(path, data, threads=DEFAULT_THREADS, source=None):
                     os.setxattr(fd, XATTR_SOURCE, source.encode())
             except OSError as e:
                 if e.errno != errno.ENODATA:
-                    raise DnnfsError("%s: recording the source in %s: %s" % (path, XATTR_SOURCE, e)) from e
+                    raise DnnfsError("%s: recording the source in %s: %s" % (path, XATTR_SOURCE, _why(e))) from e
             s = _start(fd, path, n, size, "write")
         elif s["mode"] == "write" and s["size"] == size and s["threads"] == n:
             stats["resumed"] = True
@@ -303,7 +341,7 @@ def save(path, data, threads=DEFAULT_THREADS, source=None):
             raise _conflict(path, s, "write", n, size)
 
         def work(off, length):
-            _write_all(fd, mv, off, length)
+            write_range(fd, off, length)
 
         stats["bytes"], stats["skipped"] = _run_segments(path, s["segments"], work, "write")
         os.fsync(fd)
@@ -362,6 +400,11 @@ def load(path, threads=DEFAULT_THREADS, out=None, stats=None):
     is unfinished is refused (IncompleteError). ``stats``, if a dict, gets
     ``size``, ``threads``, ``bytes``, ``skipped``, ``resumed``, ``seconds``.
     """
+    with _naming(path):
+        return _load(path, threads, out, stats)
+
+
+def _load(path, threads, out, stats):
     t0 = time.monotonic()
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -801,7 +844,7 @@ def create_table(path, rows, dim, dtype="f32"):
         try:
             os.setxattr(fd, XATTR_TABLE, value.encode())
         except OSError as e:
-            raise DnnfsError("%s: setxattr %s=%r: %s" % (path, XATTR_TABLE, value, e)) from e
+            raise DnnfsError("%s: setxattr %s=%r: %s" % (path, XATTR_TABLE, value, _why(e))) from e
     finally:
         _close(fd)
 
@@ -1123,7 +1166,7 @@ class Table:
             if isinstance(exc, ProtocolError):
                 self._fail_locked(ProtocolError, str(exc), exc)
             else:
-                self._fail_locked(DnnfsError, "%s: reading a result: %s" % (self._lpath, exc), exc)
+                self._fail_locked(DnnfsError, "%s: reading a result: %s" % (self._lpath, _why(exc)), exc)
             if not isinstance(exc, Exception):
                 raise exc
             return
