@@ -261,6 +261,7 @@ class FakeServer:
         self.cond = threading.Condition(self.lock)
         self.inflight, self.results, self.drain = 0, [], {}
         self.writes = self.continued = self.flushes = self.eofs = 0
+        self.waiting = 0  # reads blocked for a result right now
         self.closed = False
 
     def parse(self, b):
@@ -339,7 +340,9 @@ class FakeServer:
                     if self.flushes != flushes:
                         self.eofs += 1
                         return 0
+                    self.waiting += 1
                     self.cond.wait()
+                    self.waiting -= 1
                 res = self.results.pop(0)
             k = min(len(mv), len(res))
             mv[:k] = res[:k]
@@ -578,7 +581,10 @@ class TableTests(Base):
         while srv.writes < 3 and time.monotonic() < deadline:
             time.sleep(0.001)
         for _ in range(3):
-            time.sleep(0.002)
+            # Flush only with a read blocked, so it sees the EOF (a
+            # fixed sleep missed it on a loaded machine).
+            while srv.waiting == 0 and time.monotonic() < deadline:
+                time.sleep(0.001)
             srv.flush()
         srv.hold.set()
         for th in threads:
