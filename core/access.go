@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
 )
@@ -105,8 +107,9 @@ func (c Caller) ctx() context.Context {
 // out to blocks (so two writers never share a block being allocated), or
 // the whole file when whole is set or the mount uses LockFile.
 func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole bool) (*lock.Lock, error) {
-	l := &lock.Lock{TID: c.TID, PID: fs.tgid(c.TID), Mode: mode}
+	l := &lock.Lock{TID: c.TID, Mode: mode} // PID: only a session decides by it (else Locks fills it in)
 	if s := in.sess.Load(); s != nil && c.TID != 0 {
+		l.PID = fs.tgid(c.TID)
 		// The session's process (the first to do I/O in it) takes
 		// per-thread range locks; any other process is another
 		// application and takes the whole-file lock.
@@ -172,11 +175,19 @@ func processAlive(pid uint32) bool {
 }
 
 // tgidCache maps thread ids to process ids (/proc/TID/status "Tgid:").
+// An entry may be stale: thread ids are reused (every pid_max
+// allocations, 32768 by default, which a busy machine goes through in
+// about a minute), so it is checked before use.
 type tgidCache struct {
 	mu sync.Mutex
 	m  map[uint32]uint32
 }
 
+// tgid returns the process of thread tid, which must be alive (the
+// caller of a request in flight). A cached entry is used only while tid
+// is still a thread of that process: a reused id cached for the process
+// that had it before would count a session's own writer as another
+// application, whose writes make no progress (DESIGN.md §Two-layer log).
 func (fs *FS) tgid(tid uint32) uint32 {
 	if tid == 0 {
 		return 0
@@ -185,7 +196,7 @@ func (fs *FS) tgid(tid uint32) uint32 {
 	c.mu.Lock()
 	p, ok := c.m[tid]
 	c.mu.Unlock()
-	if ok {
+	if ok && p != 0 && threadOf(p, tid) {
 		return p
 	}
 	p = readTgid(tid)
@@ -196,6 +207,15 @@ func (fs *FS) tgid(tid uint32) uint32 {
 	c.m[tid] = p
 	c.mu.Unlock()
 	return p
+}
+
+// threadOf reports whether thread tid belongs to process pid now:
+// tgkill with signal 0 sends nothing and fails with ESRCH exactly when
+// no thread tid has thread-group id pid (EPERM still means it has). A
+// stat of /proc/PID/task/TID would not do: it exists whenever pid is any
+// thread of tid's process, as a reused pid may now be.
+func threadOf(pid, tid uint32) bool {
+	return !errors.Is(unix.Tgkill(int(pid), int(tid), 0), unix.ESRCH)
 }
 
 func readTgid(tid uint32) uint32 {
@@ -216,8 +236,18 @@ func readTgid(tid uint32) uint32 {
 }
 
 // Locks returns the inode's lock queues and counters.
+// A lock's PID is looked up here when lockData left it out (no session:
+// nothing decides by it there, so requests do not pay for it).
 func (in *Inode) Locks() (run, wait []lock.LockInfo, st lock.Stats) {
-	return in.locks.Snapshot()
+	run, wait, st = in.locks.Snapshot()
+	for _, ls := range [][]lock.LockInfo{run, wait} {
+		for i := range ls {
+			if ls[i].PID == 0 && ls[i].TID != 0 {
+				ls[i].PID = in.fs.tgid(ls[i].TID)
+			}
+		}
+	}
+	return run, wait, st
 }
 
 // LockMode returns the mount's lock mode.
