@@ -114,12 +114,12 @@ func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole 
 		// per-thread range locks; any other process is another
 		// application and takes the whole-file lock.
 		owner := s.owner.Load()
-		if owner == 0 || (owner != l.PID && !processAlive(owner)) {
+		if l.PID != 0 && (owner == nil || (owner.pid != l.PID && !owner.alive())) {
 			// First I/O, or the session's process died and a new one
 			// resumes the session: it becomes the session's process.
-			s.owner.CompareAndSwap(owner, l.PID)
+			s.owner.CompareAndSwap(owner, &process{pid: l.PID, start: processStart(l.PID)})
 		}
-		if s.owner.Load() != l.PID {
+		if owner := s.owner.Load(); owner == nil || owner.pid != l.PID {
 			whole = true
 		}
 	}
@@ -168,10 +168,38 @@ func fatalSignalPending(tid uint32) bool {
 	return false
 }
 
-// processAlive reports whether process pid still exists.
-func processAlive(pid uint32) bool {
-	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(pid), 10))
-	return err == nil
+// process names a process across pid reuse: its pid and start time.
+type process struct {
+	pid   uint32
+	start uint64 // clock ticks after boot (/proc/PID/stat field 22); 0 if unknown
+}
+
+// alive reports whether the process still exists: a process with its pid
+// started at its start time (a dead job's pid may be another program's
+// by the time the job is resumed, and must not keep the resumer out).
+func (p *process) alive() bool {
+	start := processStart(p.pid)
+	return start != 0 && (p.start == 0 || start == p.start)
+}
+
+// processStart returns process pid's start time (0 if it does not exist).
+func processStart(pid uint32) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// After the command name in parentheses (which may hold anything):
+	// field 3 (state) onwards; start time is field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }
 
 // tgidCache maps thread ids to process ids (/proc/TID/status "Tgid:").

@@ -161,3 +161,76 @@ func TestSessionProgressAfterThreadIDReuse(t *testing.T) {
 		t.Fatal("the file's bytes differ from what was written")
 	}
 }
+
+// processReusing starts `sleep 60` as a process whose pid is pid (a
+// process that exited), retrying as threadReusing does, and until it
+// starts in a later clock tick than the exited one (start times count
+// ticks: a real reuse comes a wrap of the pid space later); it is killed
+// at the test's end.
+func processReusing(t *testing.T, pid int, exitedStart uint64) {
+	t.Helper()
+	for range 500 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Skipf("needs root to choose the next pid (ns_last_pid): %v", err)
+		}
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Process.Pid == pid && processStart(uint32(pid)) != exitedStart {
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			return
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	t.Skipf("no new process got pid %d: other processes keep taking it", pid)
+}
+
+// TestSessionResumedAfterPidReuse: a job that dies mid-session is resumed
+// by a new process, which becomes the session's process even when the
+// dead job's pid belongs to an unrelated program by then (pids wrap
+// within minutes on a busy machine): its writes move the tails and the
+// session closes. Taking any process with the dead job's pid for the
+// job kept the resumer an outsider whose writes never counted.
+func TestSessionResumedAfterPidReuse(t *testing.T) {
+	fs, _ := openTestPool(t)
+	in, err := fs.Create(fs.Root(), "ckpt", NewInode{Mode: format.ModeReg | 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 10
+	if err := fs.StartSession(in, 1, size, format.SessionWrite); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("resumed "), size/8)
+	// The job: its first write makes it the session's process; it dies.
+	job := exec.Command("sleep", "60")
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	jobPid := job.Process.Pid
+	jobStart := processStart(uint32(jobPid))
+	if _, err := fs.WriteAs(Caller{TID: uint32(jobPid)}, in, 0, want[:4096], false); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.Process.Kill()
+	_ = job.Wait()
+	processReusing(t, jobPid, jobStart) // an unrelated program gets its pid
+
+	// The resumed job (this process) writes the segment again, in pieces.
+	ts, stop := startThreads(1)
+	defer stop()
+	th := ts[0]
+	for off := 0; off < size; off += 12 << 10 {
+		end := min(off+12<<10, size)
+		th.run(func() {
+			if _, err := fs.WriteAs(Caller{TID: th.tid}, in, int64(off), want[off:end], false); err != nil {
+				t.Errorf("write [%d, %d): %v", off, end, err)
+			}
+		})
+	}
+	if info, open := fs.Session(in); open {
+		t.Fatalf("every byte written by the resumed job, yet the session is still open: %+v", info.Segments)
+	}
+}
