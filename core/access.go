@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
 )
@@ -105,18 +107,19 @@ func (c Caller) ctx() context.Context {
 // out to blocks (so two writers never share a block being allocated), or
 // the whole file when whole is set or the mount uses LockFile.
 func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole bool) (*lock.Lock, error) {
-	l := &lock.Lock{TID: c.TID, PID: fs.tgid(c.TID), Mode: mode}
+	l := &lock.Lock{TID: c.TID, Mode: mode} // PID: only a session decides by it (else Locks fills it in)
 	if s := in.sess.Load(); s != nil && c.TID != 0 {
+		l.PID = fs.tgid(c.TID)
 		// The session's process (the first to do I/O in it) takes
 		// per-thread range locks; any other process is another
 		// application and takes the whole-file lock.
 		owner := s.owner.Load()
-		if owner == 0 || (owner != l.PID && !processAlive(owner)) {
+		if l.PID != 0 && (owner == nil || (owner.pid != l.PID && !owner.alive())) {
 			// First I/O, or the session's process died and a new one
 			// resumes the session: it becomes the session's process.
-			s.owner.CompareAndSwap(owner, l.PID)
+			s.owner.CompareAndSwap(owner, &process{pid: l.PID, start: processStart(l.PID)})
 		}
-		if s.owner.Load() != l.PID {
+		if owner := s.owner.Load(); owner == nil || owner.pid != l.PID {
 			whole = true
 		}
 	}
@@ -165,18 +168,54 @@ func fatalSignalPending(tid uint32) bool {
 	return false
 }
 
-// processAlive reports whether process pid still exists.
-func processAlive(pid uint32) bool {
-	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(pid), 10))
-	return err == nil
+// process names a process across pid reuse: its pid and start time.
+type process struct {
+	pid   uint32
+	start uint64 // clock ticks after boot (/proc/PID/stat field 22); 0 if unknown
+}
+
+// alive reports whether the process still exists: a process with its pid
+// started at its start time (a dead job's pid may be another program's
+// by the time the job is resumed, and must not keep the resumer out).
+func (p *process) alive() bool {
+	start := processStart(p.pid)
+	return start != 0 && (p.start == 0 || start == p.start)
+}
+
+// processStart returns process pid's start time (0 if it does not exist).
+func processStart(pid uint32) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// After the command name in parentheses (which may hold anything):
+	// field 3 (state) onwards; start time is field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }
 
 // tgidCache maps thread ids to process ids (/proc/TID/status "Tgid:").
+// An entry may be stale: thread ids are reused (every pid_max
+// allocations, 32768 by default, which a busy machine goes through in
+// about a minute), so it is checked before use.
 type tgidCache struct {
 	mu sync.Mutex
 	m  map[uint32]uint32
 }
 
+// tgid returns the process of thread tid, which must be alive (the
+// caller of a request in flight). A cached entry is used only while tid
+// is still a thread of that process: a reused id cached for the process
+// that had it before would count a session's own writer as another
+// application, whose writes make no progress (DESIGN.md §Two-layer log).
 func (fs *FS) tgid(tid uint32) uint32 {
 	if tid == 0 {
 		return 0
@@ -185,7 +224,7 @@ func (fs *FS) tgid(tid uint32) uint32 {
 	c.mu.Lock()
 	p, ok := c.m[tid]
 	c.mu.Unlock()
-	if ok {
+	if ok && p != 0 && threadOf(p, tid) {
 		return p
 	}
 	p = readTgid(tid)
@@ -196,6 +235,15 @@ func (fs *FS) tgid(tid uint32) uint32 {
 	c.m[tid] = p
 	c.mu.Unlock()
 	return p
+}
+
+// threadOf reports whether thread tid belongs to process pid now:
+// tgkill with signal 0 sends nothing and fails with ESRCH exactly when
+// no thread tid has thread-group id pid (EPERM still means it has). A
+// stat of /proc/PID/task/TID would not do: it exists whenever pid is any
+// thread of tid's process, as a reused pid may now be.
+func threadOf(pid, tid uint32) bool {
+	return !errors.Is(unix.Tgkill(int(pid), int(tid), 0), unix.ESRCH)
 }
 
 func readTgid(tid uint32) uint32 {
@@ -216,8 +264,18 @@ func readTgid(tid uint32) uint32 {
 }
 
 // Locks returns the inode's lock queues and counters.
+// A lock's PID is looked up here when lockData left it out (no session:
+// nothing decides by it there, so requests do not pay for it).
 func (in *Inode) Locks() (run, wait []lock.LockInfo, st lock.Stats) {
-	return in.locks.Snapshot()
+	run, wait, st = in.locks.Snapshot()
+	for _, ls := range [][]lock.LockInfo{run, wait} {
+		for i := range ls {
+			if ls[i].PID == 0 && ls[i].TID != 0 {
+				ls[i].PID = in.fs.tgid(ls[i].TID)
+			}
+		}
+	}
+	return run, wait, st
 }
 
 // LockMode returns the mount's lock mode.

@@ -29,9 +29,9 @@ type session struct {
 	// against the close that frees them: holders re-check closed
 	// (DESIGN.md §Lock order: Inode.mu -> cmu -> mu).
 	cmu    sync.Mutex
-	mu     sync.Mutex    // leaf
-	log    *seglog.Log   // immutable
-	owner  atomic.Uint32 // process of the session (first data request); others are other applications
+	mu     sync.Mutex              // leaf
+	log    *seglog.Log             // immutable
+	owner  atomic.Pointer[process] // of the session (first data request); others are other applications
 	segs   []*segment
 	closed bool
 }
@@ -189,7 +189,7 @@ func (fs *FS) sessionProgress(in *Inode, c Caller, off, n uint64, write bool) {
 	// §Two-layer log: the tail is that thread's progress). TID 0 is the
 	// kernel's own requests (writeback of the job's shared mappings) and
 	// in-process callers.
-	if c.TID != 0 && fs.tgid(c.TID) != s.owner.Load() {
+	if o := s.owner.Load(); c.TID != 0 && (o == nil || fs.tgid(c.TID) != o.pid) {
 		return
 	}
 	end := min(off+n, s.log.Size())

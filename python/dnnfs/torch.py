@@ -408,10 +408,11 @@ def save(obj, path, threads=DEFAULT_THREADS, pickle_protocol=2):
     dnnfs.NotDnnfsError off a dnnfs mount, OSError naming the path."""
     t0 = time.monotonic()
     lay = layout(obj, path, threads, pickle_protocol)
-    # All CRCs are known before the session starts, so that no segment's
-    # writes wait for them: when the first write of a segment waited on a
-    # CRC thread, that segment's tail never moved in 2 of 21 1 GiB saves
-    # (the daemon's session tracking; the session then stays open).
+    # The source names the archive by its CRCs, so they are all known
+    # before the session starts. (Saves whose segments waited on CRC
+    # threads once ended with segments whose tails never moved: that was
+    # the daemon taking a writer thread for the process that had its
+    # thread id before -- ids are reused -- not the waiting; fixed there.)
     source = "dnnfs.torch:" + lay.fingerprint()
 
     # An interrupted save of this very archive resumes with its own
