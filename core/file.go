@@ -76,7 +76,7 @@ func (r *ReadData) Done() {
 	if r.sess {
 		// Progress before the lock goes: an abandon or truncate holding
 		// the whole file cannot interleave.
-		r.fs.sessionProgress(r.in, r.c, uint64(r.off), uint64(r.Size), false)
+		r.fs.sessionProgress(r.in, r.c, r.l.PID, uint64(r.off), uint64(r.Size), false)
 	}
 	r.in.locks.Release(r.l)
 	r.l = nil
@@ -407,7 +407,7 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		}
 	}
 	in.mu.Unlock()
-	fs.sessionProgress(in, cl, uint64(off), uint64(len(data)), true)
+	fs.sessionProgress(in, cl, l.PID, uint64(off), uint64(len(data)), true)
 	return len(data), killed, nil
 }
 

@@ -179,7 +179,12 @@ func (fs *FS) Session(in *Inode) (SessionInfo, bool) {
 // sessionProgress records that [off, off+n) of the file completed for the
 // caller: the segment's tail moves over the contiguous completed prefix
 // and is persisted every tail interval and at the segment's end.
-func (fs *FS) sessionProgress(in *Inode, c Caller, off, n uint64, write bool) {
+//
+// pid is the caller's process as lockData found it while the request was
+// in flight (0 if the file had no session then): by the time a read's
+// reply is sent the reading thread may have exited (the last read of its
+// segment), and its id no longer names a process.
+func (fs *FS) sessionProgress(in *Inode, c Caller, pid uint32, off, n uint64, write bool) {
 	s := in.sess.Load()
 	if s == nil || (s.log.Mode() == format.SessionWrite) != write {
 		return
@@ -189,8 +194,13 @@ func (fs *FS) sessionProgress(in *Inode, c Caller, off, n uint64, write bool) {
 	// §Two-layer log: the tail is that thread's progress). TID 0 is the
 	// kernel's own requests (writeback of the job's shared mappings) and
 	// in-process callers.
-	if o := s.owner.Load(); c.TID != 0 && (o == nil || fs.tgid(c.TID) != o.pid) {
-		return
+	if c.TID != 0 {
+		if pid == 0 {
+			pid = fs.tgid(c.TID)
+		}
+		if o := s.owner.Load(); o == nil || pid != o.pid {
+			return
+		}
 	}
 	end := min(off+n, s.log.Size())
 	var todo []*segment
