@@ -71,12 +71,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+	counter, gauge := emitters(ch)
 	// The keys are `dnnfs status --json`'s "counters" (core/pool.go).
 	s := c.p.StatsSnapshot()
 	counter(poolOps, float64(s["reads"]), "read")
@@ -117,4 +112,16 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(sessionsOpen, float64(open))
+}
+
+// emitters returns functions that send a counter or a gauge of d with
+// value v to ch, for a collector's Collect.
+func emitters(ch chan<- prometheus.Metric) (counter, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	counter = func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge = func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	return counter, gauge
 }

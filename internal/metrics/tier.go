@@ -96,12 +96,7 @@ func summary(d *prometheus.Desc, l embedding.Latency, labels ...string) promethe
 }
 
 func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+	counter, gauge := emitters(ch)
 	s := c.t.Status()
 	names := make([]string, len(s.Classes))
 	for i, cl := range s.Classes {
