@@ -118,7 +118,7 @@ var microPackages = []struct{ pkg, bench string }{
 	{"./pmem", "^(BenchmarkPersist|BenchmarkFlushCPU)$"},
 	{"./lock", "^BenchmarkAcquire$"},
 	{"./journal", "^BenchmarkCommit$"},
-	{"./pool", "^(BenchmarkWrite|BenchmarkReadAt)$"},
+	{"./core", "^(BenchmarkWrite|BenchmarkReadAt)$"},
 }
 
 // runMicro runs the Go micro-benchmarks once (benchstat format) and keeps
