@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestPythonLookupWire runs python/test_dnnfs_wire.py: dnnfs.py's request
+// TestPythonLookupWire runs python/test_dnnfs_wire.py: the dnnfs package's request
 // encoding and result decoding against hand-built bytes, f16/bf16
 // conversions and its Table against a fake request file, with NumPy and
 // without. It needs no mount.

@@ -46,7 +46,7 @@ func runPython(t *testing.T, timeout time.Duration, args ...string) (string, err
 
 // TestPythonExample runs python/example_checkpoint.py against a mount: a
 // NumPy checkpoint (and a PyTorch one if python3-torch is installed) saved
-// and loaded through dnnfs.py must come back equal.
+// and loaded through the dnnfs package (python/dnnfs) must come back equal.
 func TestPythonExample(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(python); err != nil {
