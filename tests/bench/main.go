@@ -52,6 +52,7 @@ type options struct {
 	out       string // docs directory
 	work      string // parent of the scratch directory (tmpfs)
 	diskDir   string // parent of the disk systems' scratch directory
+	poolHuge  string // huge= of the tmpfs holding the shm systems' pools
 	systems   string // comma list, for debugging
 	phases    string // comma list: fio,personality,checkpoint
 	noInstall bool
@@ -80,6 +81,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "output docs directory (default REPO/docs)")
 	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
+	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
 	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, micro (go test -bench)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
@@ -126,6 +128,7 @@ type Bench struct {
 	out     string
 	w       string // scratch directory
 	tmpfs   string // our tmpfs mount: native/ and loopback source live here
+	poolfs  string // our tmpfs mount for the shm systems' pools (huge=o.poolHuge)
 	diskW   string // scratch directory on the disk (disk systems), or ""
 	binDir  string
 	dnnfs   string // daemon binary
@@ -223,7 +226,8 @@ func (b *Bench) setup(ctx context.Context) error {
 	b.binDir = filepath.Join(w, "bin")
 	b.logs = filepath.Join(w, "logs")
 	b.tmpfs = filepath.Join(w, "tmpfs")
-	for _, d := range []string{b.binDir, b.logs, b.tmpfs, filepath.Join(w, "mnt")} {
+	b.poolfs = filepath.Join(w, "pools")
+	for _, d := range []string{b.binDir, b.logs, b.tmpfs, b.poolfs, filepath.Join(w, "mnt")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -243,6 +247,15 @@ func (b *Bench) setup(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	b.mounted = append(b.mounted, b.tmpfs)
+	b.mu.Unlock()
+	// The pools of the shm systems get a tmpfs of their own, so that
+	// -pool-huge can give them 2 MiB pages (DESIGN.md §Where a pool
+	// lives); the size is only a limit: room for both lock modes' pools.
+	if err := b.cmd(ctx, "mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0755,huge=%s", 2*size>>20, b.o.poolHuge), "dnnfs-bench-pools", b.poolfs); err != nil {
+		return fmt.Errorf("mounting the tmpfs for the pools: %w", err)
+	}
+	b.mu.Lock()
+	b.mounted = append(b.mounted, b.poolfs)
 	b.mu.Unlock()
 	if strings.Contains(","+b.o.systems+",", ",disk,") || strings.Contains(","+b.o.systems+",", ",dnnfs-disk,") {
 		d, err := os.MkdirTemp(b.o.diskDir, "dnnfs-bench.")

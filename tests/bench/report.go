@@ -471,12 +471,13 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	pr("## Exact commands\n\n")
 	pr("Mounts (the scratch directory is a fresh `mktemp -d /dev/shm/dnnfs-bench.XXXX`):\n\n```sh\n")
 	pr("mount -t tmpfs -o size=%dm,mode=0755 dnnfs-bench $W/tmpfs\n", p.tmpfsSize()>>20)
+	pr("mount -t tmpfs -o size=%dm,mode=0755,huge=%s dnnfs-bench-pools $W/pools   # the shm systems' pools\n", 2*p.tmpfsSize()>>20, b.o.poolHuge)
 	for _, s := range systems {
 		switch s.kind {
 		case "loopback":
 			pr("bin/loopback -q -directmount $W/mnt/loopback $W/tmpfs/loopback-src   # go build -o bin/loopback github.com/hanwen/go-fuse/v2/example/loopback\n")
 		case "dnnfs":
-			pool := "$W/pool-" + s.lock
+			pool := "$W/pools/pool-" + s.lock
 			if s.Name == "dnnfs-disk" {
 				pr("D=$(mktemp -d %s/dnnfs-bench.XXXX)   # the disk systems' directory; disk: $D/native\n", b.o.diskDir)
 				pool = "$D/pool"

@@ -56,9 +56,9 @@ func newSystem(b *Bench, name string) *System {
 	case "dnnfs-range", "dnnfs-file":
 		s.kind = "dnnfs"
 		s.lock = strings.TrimPrefix(name, "dnnfs-")
-		s.Desc = "dnnfs --lock=" + s.lock + ", emulated pool in /dev/shm"
+		s.Desc = "dnnfs --lock=" + s.lock + ", emulated pool on a tmpfs (huge=" + b.o.poolHuge + ") in /dev/shm"
 		s.dir = filepath.Join(b.w, "mnt", name)
-		s.pool = filepath.Join(b.w, "pool-"+s.lock)
+		s.pool = filepath.Join(b.poolfs, "pool-"+s.lock)
 	default:
 		s.kind = "unknown"
 	}

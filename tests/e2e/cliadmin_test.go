@@ -1,10 +1,13 @@
 package e2e_test
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -264,4 +267,58 @@ func TestCLISpaceWarning(t *testing.T) {
 	if _, stderr, code := harness.Run(t, "mkfs", "--pool", roomy, "--size", "8MiB"); code != 0 || stderr != "" {
 		t.Errorf("mkfs of a pool that fits: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// TestHugePagePool: a pool on a tmpfs mounted huge=within_size is mapped by
+// the daemon in 2 MiB pages once a file has been read after a remount (one
+// fault and one TLB entry per 2 MiB, DESIGN.md §Where a pool lives); on a
+// huge=never tmpfs it is not, which shows the check can fail.
+func TestHugePagePool(t *testing.T) {
+	t.Parallel()
+	for _, huge := range []string{"never", "within_size"} {
+		t.Run(huge, func(t *testing.T) {
+			dir := harness.TmpfsDirWith(t, "size=256m,huge="+huge)
+			pool := filepath.Join(dir, "pool")
+			if stdout, stderr, code := harness.Run(t, "mkfs", "--pool", pool, "--size", "64MiB"); code != 0 {
+				t.Fatalf("mkfs: exit %d\n%s%s", code, stdout, stderr)
+			}
+			fs := harness.Mount(t, pool)
+			data := randBytes(7, 8<<20)
+			must(t, os.WriteFile(fs.Path("f"), data, 0o644))
+			fs.Unmount(t)
+			fs = fs.Remount(t)
+			got, err := os.ReadFile(fs.Path("f"))
+			must(t, err)
+			if !bytes.Equal(got, data) {
+				t.Fatal("the file read back differs")
+			}
+			pmd := poolPmdMapped(t, fs.Pid(), pool)
+			t.Logf("huge=%s: %d bytes of the pool mapped in 2 MiB pages", huge, pmd)
+			if want := huge != "never"; (pmd > 0) != want {
+				t.Errorf("pool on a huge=%s tmpfs: %d bytes of the daemon's mapping in 2 MiB pages after an 8 MiB file was read; want them %v", huge, pmd, map[bool]string{true: "> 0", false: "0"}[want])
+			}
+		})
+	}
+}
+
+// poolPmdMapped returns the bytes of process pid's mapping of pool that are
+// mapped in huge pages (smaps ShmemPmdMapped + FilePmdMapped).
+func poolPmdMapped(t *testing.T, pid int, pool string) int64 {
+	t.Helper()
+	smaps := string(readFile(t, fmt.Sprintf("/proc/%d/smaps", pid)))
+	var kb int64
+	in := false
+	for _, line := range strings.Split(smaps, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = len(f) >= 6 && f[len(f)-1] == pool
+			continue
+		}
+		if in && len(f) >= 2 && (f[0] == "ShmemPmdMapped:" || f[0] == "FilePmdMapped:") {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			must(t, err)
+			kb += n
+		}
+	}
+	return kb << 10
 }

@@ -779,6 +779,9 @@ func (f *FS) Remount(t testing.TB) *FS {
 	return g
 }
 
+// Pid is the daemon's process id.
+func (f *FS) Pid() int { return f.cmd.Process.Pid }
+
 // Path returns the path of elem (joined) inside the mount.
 func (f *FS) Path(elem ...string) string {
 	return filepath.Join(append([]string{f.Mnt}, elem...)...)
@@ -985,11 +988,18 @@ func releaseMountRefs(mnt string) []string {
 // the native reference to compare dnnfs against.
 func TmpfsDir(t testing.TB, size string) string {
 	t.Helper()
+	return TmpfsDirWith(t, "size="+size)
+}
+
+// TmpfsDirWith is TmpfsDir with the tmpfs mount options given (size=,
+// huge=, ...).
+func TmpfsDirWith(t testing.TB, options string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tmpfs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755,size="+size); err == nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755,"+options); err == nil {
 		t.Cleanup(func() {
 			if err := unix.Unmount(dir, 0); err != nil {
 				_ = unix.Unmount(dir, unix.MNT_DETACH)
