@@ -203,7 +203,7 @@ func (e *env) addNode(id string, o nodeOpts) *node {
 	if o.handler != nil {
 		h = o.handler(p)
 	}
-	if n.srv, err = peer.Listen("127.0.0.1:0", h, o.serverTLS); err != nil {
+	if n.srv, err = peer.Listen("127.0.0.1:0", h, o.serverTLS, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { n.srv.Close() })

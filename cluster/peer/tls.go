@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -87,7 +88,9 @@ type Server struct {
 
 // Listen serves h on addr ("127.0.0.2:7600"; port 0 picks a free one),
 // over TLS when tlsCfg is given, plain HTTP otherwise (--peer-insecure).
-func Listen(addr string, h http.Handler, tlsCfg *tls.Config) (*Server, error) {
+// errLog gets the server's own errors (failed handshakes: a peer with the
+// wrong CA); nil means the log package's standard logger.
+func Listen(addr string, h http.Handler, tlsCfg *tls.Config, errLog *log.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer listen: %w", err)
@@ -99,7 +102,7 @@ func Listen(addr string, h http.Handler, tlsCfg *tls.Config) (*Server, error) {
 	}
 	s := &Server{
 		URL: scheme + "://" + ln.Addr().String(),
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
 	}
 	// Serve returns http.ErrServerClosed at Close, or the listener's error
 	// when it fails under the server: then peers find the node gone and
