@@ -1,6 +1,8 @@
 package objstore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,15 @@ type ChunkRef struct {
 // hashing: "<id>/<ver>/<chunk>".
 func (r ChunkRef) String() string {
 	return fmt.Sprintf("%s/%d/%d", r.File, r.Ver, r.Idx)
+}
+
+// ForeignFileID is the FileID of an attached foreign object (dnnfs
+// attach): the first 128 bits of sha256("<bucket>/<key>/<etag>"), in hex,
+// so every node names the same object the same, and a rewritten object
+// (a new etag) is a new file, never a mix of old and new chunks.
+func ForeignFileID(bucket, key, etag string) FileID {
+	sum := sha256.Sum256([]byte(bucket + "/" + key + "/" + etag))
+	return FileID(hex.EncodeToString(sum[:16]))
 }
 
 // ErrBadID: an FSID or FileID that is not 32 lower-case hex digits.

@@ -69,3 +69,17 @@ func TestChecksum(t *testing.T) {
 		}
 	}
 }
+
+func TestForeignFileID(t *testing.T) {
+	id := ForeignFileID("bucket", "datasets/part-0", "9e107d9d372bb6826bd81d3542a419d6")
+	// sha256 of "bucket/datasets/part-0/9e107d9d372bb6826bd81d3542a419d6", first 16 bytes.
+	if want := FileID("c2803a333af0c3147b122506b64db2e9"); id != want {
+		t.Fatalf("ForeignFileID = %s, want %s", id, want)
+	}
+	if _, err := ParseFileID(string(id)); err != nil {
+		t.Fatal(err)
+	}
+	if ForeignFileID("bucket", "datasets/part-0", "other-etag") == id {
+		t.Fatal("a new etag keeps the id")
+	}
+}

@@ -118,3 +118,69 @@ func (c *ManifestCatalog) Chunk(ctx context.Context, ref objstore.ChunkRef) (Chu
 	e := m.Chunks[ref.Idx]
 	return ChunkInfo{Key: e.Key, Size: e.Size, CRC32C: e.CRC32C, HaveCRC: true}, nil
 }
+
+// ErrNotInCatalog: a catalog that does not know the file (Chain then asks
+// the next one).
+var ErrNotInCatalog = errors.New("file not in this catalog")
+
+// Chain is a Catalog asking each of its catalogs in turn until one knows
+// the file: an AttachCatalog (in memory) before a ManifestCatalog (which
+// asks S3 for anything).
+type Chain []Catalog
+
+// Chunk asks the catalogs in order.
+func (c Chain) Chunk(ctx context.Context, ref objstore.ChunkRef) (ChunkInfo, error) {
+	for _, cat := range c {
+		info, err := cat.Chunk(ctx, ref)
+		if !errors.Is(err, ErrNotInCatalog) {
+			return info, err
+		}
+	}
+	return ChunkInfo{}, fmt.Errorf("%w: %s", ErrNotInCatalog, ref.File)
+}
+
+// AttachCatalog is the Catalog of attached foreign objects (dnnfs
+// attach): each object is one file of version 1 whose chunks are byte
+// ranges of it, read with ranged GETs. There is no manifest, so no
+// CRC-32C to check against but the one a peer sends; the FileID binds the
+// etag (objstore.ForeignFileID), so a rewritten object is another file.
+type AttachCatalog struct {
+	mu   sync.Mutex
+	objs map[objstore.FileID]attached
+}
+
+type attached struct {
+	store     *objstore.Store
+	obj       objstore.ObjectInfo
+	chunkSize int64
+}
+
+// NewAttachCatalog makes an empty AttachCatalog.
+func NewAttachCatalog() *AttachCatalog {
+	return &AttachCatalog{objs: map[objstore.FileID]attached{}}
+}
+
+// Add attaches an object of store (as ListForeign or Stat found it) cut
+// into chunkSize chunks, and returns its FileID.
+func (c *AttachCatalog) Add(store *objstore.Store, o objstore.ObjectInfo, chunkSize int64) objstore.FileID {
+	id := objstore.ForeignFileID(store.Bucket(), o.Key, o.ETag)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.objs[id] = attached{store, o, chunkSize}
+	return id
+}
+
+// Chunk resolves a chunk of an attached object.
+func (c *AttachCatalog) Chunk(_ context.Context, ref objstore.ChunkRef) (ChunkInfo, error) {
+	c.mu.Lock()
+	a, ok := c.objs[ref.File]
+	c.mu.Unlock()
+	if !ok {
+		return ChunkInfo{}, fmt.Errorf("%w: %s", ErrNotInCatalog, ref.File)
+	}
+	off := int64(ref.Idx) * a.chunkSize
+	if ref.Ver != 1 || off >= a.obj.Size {
+		return ChunkInfo{}, fmt.Errorf("%w: %s of %s (%d bytes)", ErrNoChunk, ref, a.obj.Key, a.obj.Size)
+	}
+	return ChunkInfo{Key: a.obj.Key, Off: off, Size: min(a.chunkSize, a.obj.Size-off), Store: a.store}, nil
+}

@@ -173,6 +173,7 @@ type nodeOpts struct {
 	handler   func(http.Handler) http.Handler // wraps the server, e.g. to die mid-reply
 	serverTLS *tls.Config
 	client    *http.Client
+	catalog   func(*objstore.Store) peer.Catalog // nil: the default, a ManifestCatalog
 }
 
 func (e *env) openStore() *objstore.Store {
@@ -191,7 +192,12 @@ func (e *env) addNode(id string, o nodeOpts) *node {
 		o.token = token
 	}
 	n := &node{id: peer.NodeID(id), local: newMemLocal(), store: e.openStore()}
+	var cat peer.Catalog
+	if o.catalog != nil {
+		cat = o.catalog(n.store)
+	}
 	p, err := peer.New(peer.Config{
+		Catalog: cat,
 		Self: n.id, Token: o.token, Dir: e.dir.view(n.id), Local: n.local, Store: n.store, Client: o.client,
 		SuspectFor: time.Hour, // a failed peer stays passed over for the whole test
 	})

@@ -113,16 +113,20 @@ func (p *Peer) fill(ctx context.Context, ref objstore.ChunkRef) ([]byte, objstor
 		if b, _, crc, ok := p.cfg.Local.ReadChunk(ref, 0, -1); ok {
 			return fetchedCRC{b, crc}, nil
 		}
-		if p.cfg.Store == nil {
-			return nil, ErrNoStore
-		}
 		info, err := p.catalog.Chunk(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
+		store := info.Store
+		if store == nil {
+			store = p.cfg.Store
+		}
+		if store == nil {
+			return nil, ErrNoStore
+		}
 		c := &p.src[SourceS3]
 		c.requests.Add(1)
-		b, err := p.cfg.Store.GetRange(ctx, info.Key, info.Off, info.Size)
+		b, err := store.GetRange(ctx, info.Key, info.Off, info.Size)
 		if err != nil {
 			return nil, err
 		}

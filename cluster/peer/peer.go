@@ -73,6 +73,9 @@ type ChunkInfo struct {
 	// against the CRC-32C a peer sends, and S3's own transfer).
 	CRC32C  objstore.CRC32C
 	HaveCRC bool
+	// Store holds Key; nil means Config.Store (an attached prefix may be
+	// in another bucket).
+	Store *objstore.Store
 }
 
 // Catalog resolves a chunk to its object and checksum.
