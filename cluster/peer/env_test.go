@@ -198,7 +198,7 @@ func (e *env) addNode(id string, o nodeOpts) *node {
 	}
 	p, err := peer.New(peer.Config{
 		Catalog: cat,
-		Self: n.id, Token: o.token, Dir: e.dir.view(n.id), Local: n.local, Store: n.store, Client: o.client,
+		Self:    n.id, Token: o.token, Dir: e.dir.view(n.id), Local: n.local, Store: n.store, Client: o.client,
 		SuspectFor: time.Hour, // a failed peer stays passed over for the whole test
 	})
 	if err != nil {
