@@ -85,13 +85,13 @@ type Store struct {
 
 // Stats are a Store's counters since Open.
 type Stats struct {
-	ChunkGets     int64 // GetChunk and GetRange calls that sent a GET
-	ChunkGetBytes int64 // bytes those returned
-	ManifestGets  int64
-	Puts          int64 // PutChunk and PutManifest calls that sent a PUT
-	PutBytes      int64 // their payload bytes
-	Lists         int64 // ListForeign calls
-	Requests      int64 // every HTTP request sent, retries and HEADs included
+	ChunkGets     int64 `json:"chunk_gets"`      // GetChunk and GetRange calls that sent a GET
+	ChunkGetBytes int64 `json:"chunk_get_bytes"` // bytes those returned
+	ManifestGets  int64 `json:"manifest_gets"`
+	Puts          int64 `json:"puts"`      // PutChunk and PutManifest calls that sent a PUT
+	PutBytes      int64 `json:"put_bytes"` // their payload bytes
+	Lists         int64 `json:"lists"`     // ListForeign calls
+	Requests      int64 `json:"requests"`  // every HTTP request sent, retries and HEADs included
 }
 
 // countingTransport counts every HTTP request minio-go sends.

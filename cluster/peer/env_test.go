@@ -197,8 +197,13 @@ func (e *env) addNode(id string, o nodeOpts) *node {
 		cat = o.catalog(n.store)
 	}
 	p, err := peer.New(peer.Config{
-		Catalog: cat,
-		Self:    n.id, Token: o.token, Dir: e.dir.view(n.id), Local: n.local, Store: n.store, Client: o.client,
+		Self:       n.id,
+		Token:      o.token,
+		Dir:        e.dir.view(n.id),
+		Local:      n.local,
+		Catalog:    cat,
+		Store:      n.store,
+		Client:     o.client,
 		SuspectFor: time.Hour, // a failed peer stays passed over for the whole test
 	})
 	if err != nil {

@@ -1,8 +1,11 @@
 package peer_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/dnnfs/dnnfs/cluster/objstore"
@@ -106,4 +109,27 @@ func TestHomeMoves(t *testing.T) {
 	}
 	within("keys moved to n5 when it joined", joined, keys/6)
 	t.Logf("n2 left: %d of %d keys moved (%v); n5 joined: %d moved", moved, keys, movedTo, joined)
+}
+
+func TestReadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]string{"s3cret\n": "s3cret", "  a b \n\n": "a b", "\n": "", "": ""} {
+		p := filepath.Join(dir, "token")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := peer.ReadTokenFile(p)
+		if want == "" && !errors.Is(err, peer.ErrNoToken) || want != "" && (err != nil || tok != want) {
+			t.Errorf("token file %q: %q, %v", content, tok, err)
+		}
+	}
+	if _, err := peer.ReadTokenFile(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing token file")
+	}
+	if _, err := peer.New(peer.Config{Self: "a", Dir: (&fixedDir{}).view("a"), Local: newMemLocal(), Catalog: peer.Chain{}}); !errors.Is(err, peer.ErrNoToken) {
+		t.Errorf("New without a token: %v", err)
+	}
+	if _, err := peer.New(peer.Config{Self: "A!", Token: "t", Dir: (&fixedDir{}).view("a"), Local: newMemLocal(), Catalog: peer.Chain{}}); !errors.Is(err, peer.ErrBadNodeID) {
+		t.Errorf("New with a bad node id: %v", err)
+	}
 }

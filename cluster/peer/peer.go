@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,30 +167,49 @@ type sourceCounters struct {
 
 // SourceStats counts one source.
 type SourceStats struct {
-	Requests int64 // attempts (a local lookup, a request to a peer, an S3 fill)
-	Hits     int64 // chunks obtained from it
-	Bytes    int64 // their bytes
+	Requests int64 `json:"requests"` // attempts (a local lookup, a request to a peer, an S3 fill)
+	Hits     int64 `json:"hits"`     // chunks obtained from it
+	Bytes    int64 `json:"bytes"`    // their bytes
 }
 
 // Stats are a Peer's counters since New.
 type Stats struct {
-	Local, Peer, Home, S3 SourceStats
+	Local SourceStats `json:"local"`
+	Peer  SourceStats `json:"peer"`
+	Home  SourceStats `json:"home"`
+	S3    SourceStats `json:"s3"`
 
-	BadCRC        int64 // chunks refused for a size or checksum mismatch
-	Unauthorized  int64 // peers that answered 401 to this node
-	StoreErrors   int64 // fetched chunks Local.StoreChunk refused (served anyway)
-	HoldingErrors int64 // Directory.AddHolding failures (the chunk is served, not announced)
-	Skipped       int64 // peers passed over as suspect (they failed a request lately)
+	BadCRC        int64 `json:"bad_crc"`        // chunks refused for a size or checksum mismatch
+	Unauthorized  int64 `json:"unauthorized"`   // peers that answered 401 to this node
+	StoreErrors   int64 `json:"store_errors"`   // fetched chunks Local.StoreChunk refused (served anyway)
+	HoldingErrors int64 `json:"holding_errors"` // Directory.AddHolding failures (the chunk is served, not announced)
+	Skipped       int64 `json:"skipped"`        // peers passed over as suspect (they failed a request lately)
 
-	Served        int64 // chunk requests this node's server answered with bytes
-	ServedBytes   int64
-	ServedDenied  int64 // requests refused for the token (401)
-	ServedMissing int64 // 404s for chunks not held
-	Fills         int64 // ?fill=1 requests that this node filled from S3 (one per flight)
+	Served        int64 `json:"served"` // chunk requests this node's server answered with bytes
+	ServedBytes   int64 `json:"served_bytes"`
+	ServedDenied  int64 `json:"served_denied"`  // requests refused for the token (401)
+	ServedMissing int64 `json:"served_missing"` // 404s for chunks not held
+	Fills         int64 `json:"fills"`          // ?fill=1 requests for chunks not held (one S3 GET per flight)
 }
 
-// ErrNoToken: a Peer configured without a cluster token.
+// ErrNoToken: a Peer configured without a cluster token, or a token file
+// with none in it.
 var ErrNoToken = errors.New("no cluster token")
+
+// ReadTokenFile reads the cluster token from --cluster-token-file: the
+// file's content without surrounding white space (a trailing newline);
+// an empty one is ErrNoToken.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("cluster token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("cluster token file %s: %w", path, ErrNoToken)
+	}
+	return tok, nil
+}
 
 // New makes a node's peer tier.
 func New(cfg Config) (*Peer, error) {
