@@ -82,11 +82,16 @@ func TestAttachedObjects(t *testing.T) {
 	if m := a.store.Stats().ManifestGets + b.store.Stats().ManifestGets; m != 0 {
 		t.Errorf("%d manifest GETs for attached objects", m)
 	}
-	// Past the object's end, and a version other than 1: no such chunk.
+	// Past the object's end, and a version other than 1: no such chunk,
+	// told at once (no request to a peer or S3).
 	last := chunks[len(chunks)-1].ref
+	before := a.peer.Stats()
 	for _, ref := range []objstore.ChunkRef{{File: last.File, Ver: 1, Idx: 99}, {File: last.File, Ver: 2, Idx: 0}} {
 		if _, _, err := a.peer.Fetch(ctx, ref); !errors.Is(err, peer.ErrNoChunk) {
 			t.Errorf("Fetch %s: %v, want ErrNoChunk", ref, err)
 		}
+	}
+	if s := a.peer.Stats(); s.Peer.Requests+s.Home.Requests+s.S3.Requests != before.Peer.Requests+before.Home.Requests+before.S3.Requests {
+		t.Errorf("requests sent for chunks that do not exist: %+v, before %+v", s, before)
 	}
 }

@@ -50,5 +50,17 @@
 // (Catalog) before it is kept (Local.StoreChunk) and announced
 // (Directory.AddHolding). When the manifest cannot be had (S3 down and it
 // is not cached) chunks still load from peers, checked against the CRC-32C
-// the peer sends, so "S3 unreachable: chunks held by peers still load".
+// the peer sends, so "S3 unreachable: chunks held by peers still load". A
+// chunk the catalog says does not exist (no manifest for that version, an
+// index past its end) is an error at once, without asking anyone.
+//
+// A peer that fails a request (no connection, a reply cut short, 401, a
+// bad checksum) is passed over for Config.SuspectFor (about a node lease),
+// so a dead holder costs one refused connection, not one per chunk; a 404
+// or a home node's 502 (its S3 fill failed) does not make it suspect.
+//
+// Catalogs: ManifestCatalog resolves committed versions through their
+// manifests (read once, kept); AttachCatalog resolves attached foreign
+// objects (version 1, chunks are byte ranges of the object, no manifest,
+// so no CRC-32C but a peer's); Chain asks several in turn.
 package peer

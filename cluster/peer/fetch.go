@@ -72,9 +72,12 @@ func (p *Peer) fetch(ctx context.Context, ref objstore.ChunkRef) (fetched, error
 		return fetched{b, SourceLocal}, nil
 	}
 	var want *ChunkInfo
-	info, infoErr := p.catalog.Chunk(ctx, ref)
-	if infoErr == nil {
+	info, err := p.catalog.Chunk(ctx, ref)
+	switch {
+	case err == nil:
 		want = &info
+	case definitive(err):
+		return fetched{}, fmt.Errorf("%s: %w", ref, err)
 	}
 	// Without the manifest (S3 down and it is not cached) peers are still
 	// asked: their chunks are checked against the CRC-32C they send.
@@ -103,6 +106,14 @@ func (p *Peer) fetch(ctx context.Context, ref objstore.ChunkRef) (fetched, error
 		return fetched{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, ref, err)
 	}
 	return fetched{b, SourceS3}, nil
+}
+
+// definitive tells a catalog error that no source can help with (no such
+// chunk, version or file) from one of reaching S3 for the manifest, when
+// peers may still have the chunk.
+func definitive(err error) bool {
+	return errors.Is(err, ErrNoChunk) || errors.Is(err, ErrNotInCatalog) ||
+		errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrBadManifest)
 }
 
 // fill returns a chunk from Local or, failing that, from S3 (then kept and

@@ -121,6 +121,14 @@ func TestOneNodeOneFlight(t *testing.T) {
 	if got := chunkGets(a); got != 1 {
 		t.Fatalf("S3 chunk GETs: %d, want 1", got)
 	}
+	// A version that was never committed has no manifest: an error at
+	// once, not a chunk.
+	if _, _, err := a.peer.Fetch(context.Background(), objstore.ChunkRef{File: f.id, Ver: 7}); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("Fetch of an uncommitted version: %v", err)
+	}
+	if _, _, err := a.peer.Fetch(context.Background(), f.ref(1)); !errors.Is(err, peer.ErrNoChunk) {
+		t.Fatalf("Fetch past the manifest's chunks: %v", err)
+	}
 }
 
 // TestHolderKilled: the only holder of a file dies while another node
