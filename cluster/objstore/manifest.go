@@ -34,7 +34,11 @@ func Chunks(size, chunkSize int64) int64 {
 	if size <= 0 {
 		return 0
 	}
-	return (size + chunkSize - 1) / chunkSize
+	n := size / chunkSize
+	if size%chunkSize != 0 {
+		n++ // the short last chunk (no size+chunkSize-1: it would overflow near 8 EiB)
+	}
+	return n
 }
 
 // Validate checks the manifest is whole and consistent: ids well formed,

@@ -83,3 +83,36 @@ func TestForeignFileID(t *testing.T) {
 		t.Fatal("a new etag keeps the id")
 	}
 }
+
+// FuzzDecodeManifest: a manifest that decodes is valid and encodes back to
+// one that decodes to the same.
+func FuzzDecodeManifest(f *testing.F) {
+	f.Add([]byte(`{"fsid":"0123456789abcdef0123456789abcdef","id":"fedcba9876543210fedcba9876543210","version":3,"size":10,"chunk_size":4,` +
+		`"chunks":[{"key":"k/0","size":4,"crc32c":"deadbeef"},{"key":"k/1","size":4,"crc32c":"00000001"},{"key":"k/2","size":2,"crc32c":"00000000"}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeManifest(b)
+		if err != nil {
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("decoded an invalid manifest: %v", err)
+		}
+		enc, err := EncodeManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := DecodeManifest(enc)
+		if err != nil {
+			t.Fatalf("re-encoded manifest does not decode: %v\n%s", err, enc)
+		}
+		if m2.Size != m.Size || m2.ChunkSize != m.ChunkSize || len(m2.Chunks) != len(m.Chunks) || m2.ID != m.ID || m2.Version != m.Version {
+			t.Fatalf("round trip changed the manifest: %+v vs %+v", m, m2)
+		}
+		for i := range m.Chunks {
+			if m.Chunks[i] != m2.Chunks[i] {
+				t.Fatalf("chunk %d: %+v vs %+v", i, m.Chunks[i], m2.Chunks[i])
+			}
+		}
+	})
+}

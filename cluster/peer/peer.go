@@ -58,8 +58,10 @@ type Directory interface {
 // Implementations are safe for concurrent use.
 type Local interface {
 	// ReadChunk returns n bytes from off of a chunk this node holds (n < 0:
-	// to its end; a range past the end is cut at the end), the whole
-	// chunk's size and CRC-32C; ok is false when it is not held.
+	// to its end; n == 0: none, only the size and CRC; a range past the end
+	// is cut at the end), the whole chunk's size and CRC-32C; ok is false
+	// when it is not held. The caller does not modify data, which must stay
+	// as it is until the caller is done with it (a reply is being written).
 	ReadChunk(ref objstore.ChunkRef, off, n int64) (data []byte, size int64, crc objstore.CRC32C, ok bool)
 	// StoreChunk keeps a whole, verified chunk so that this node serves it.
 	StoreChunk(ref objstore.ChunkRef, data []byte, crc objstore.CRC32C) error
