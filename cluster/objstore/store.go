@@ -342,22 +342,31 @@ func (s *Store) get(ctx context.Context, key string, off, n int64, bytesRead *at
 		return nil, s.classify(err, "GET "+key)
 	}
 	defer body.Close()
-	var buf []byte
+	var b []byte
 	if n > 0 {
-		buf = make([]byte, 0, n)
+		// One buffer of the range's size, read straight into (a
+		// bytes.Buffer of that capacity would still grow and copy it
+		// all to see EOF).
+		b = make([]byte, n)
+		var k int
+		k, err = io.ReadFull(body, b)
+		b = b[:k]
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: %s: %d bytes at %d, asked for %d", ErrShort, key, k, off, n)
+		}
+	} else {
+		b, err = io.ReadAll(body)
 	}
-	w := bytes.NewBuffer(buf)
-	_, err = io.Copy(w, body)
 	if bytesRead != nil {
-		bytesRead.Add(int64(w.Len()))
+		bytesRead.Add(int64(len(b)))
+	}
+	if errors.Is(err, ErrShort) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, s.classify(err, "GET "+key)
 	}
-	if n > 0 && int64(w.Len()) != n {
-		return nil, fmt.Errorf("%w: %s: %d bytes at %d, asked for %d", ErrShort, key, w.Len(), off, n)
-	}
-	return w.Bytes(), nil
+	return b, nil
 }
 
 // ObjectInfo is what a listing or HEAD says about an object.

@@ -149,12 +149,12 @@ const (
 
 // env is a cluster of in-process nodes over one real S3 server.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	s3  *clusterenv.S3
 	dir *fixedDir
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	return &env{t: t, s3: clusterenv.StartS3(t), dir: &fixedDir{}}
 }
 
@@ -244,12 +244,17 @@ const chunkSize = 64 << 10
 // commit does: chunks, then the manifest.
 func (e *env) commit(seed int64, n int) *file {
 	e.t.Helper()
+	return e.commitSized(seed, n, chunkSize, n*chunkSize-1000)
+}
+
+func (e *env) commitSized(seed int64, n, chunkSize, size int) *file {
+	e.t.Helper()
 	st := e.openStore()
 	r := rand.New(rand.NewSource(seed))
 	f := &file{id: objstore.FileID(fmt.Sprintf("%032x", r.Uint64()))}
-	f.data = make([]byte, n*chunkSize-1000)
+	f.data = make([]byte, size)
 	r.Read(f.data)
-	f.m = &objstore.Manifest{FSID: fsid, ID: f.id, Version: 1, Size: int64(len(f.data)), ChunkSize: chunkSize}
+	f.m = &objstore.Manifest{FSID: fsid, ID: f.id, Version: 1, Size: int64(len(f.data)), ChunkSize: int64(chunkSize)}
 	for i := 0; i < n; i++ {
 		ent, err := st.PutChunk(context.Background(), f.ref(i), f.chunk(i))
 		if err != nil {

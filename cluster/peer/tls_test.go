@@ -23,7 +23,7 @@ import (
 // --peer-key and --peer-cacert name them.
 type pki struct{ ca, cert, key string }
 
-func makePKI(t *testing.T, dir, name string) pki {
+func makePKI(t testing.TB, dir, name string) pki {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
