@@ -120,6 +120,13 @@ func (m *memLocal) StoreChunk(ref objstore.ChunkRef, data []byte, crc objstore.C
 	return nil
 }
 
+// drop empties the pool.
+func (m *memLocal) drop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.chunks)
+}
+
 func (m *memLocal) has(ref objstore.ChunkRef) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
