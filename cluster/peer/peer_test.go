@@ -289,3 +289,23 @@ func TestBadCRCPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleHolder: a holder record that outlived the chunk (the node
+// dropped it) gets a 404; the reader moves on, and asks that node again
+// for the next chunk (a 404 is no fault of the node).
+func TestStaleHolder(t *testing.T) {
+	e := newEnv(t)
+	f := e.commit(11, 4)
+	a := e.addNode("a", nodeOpts{})
+	readAll(t, a, f)
+	a.local.drop()
+	b := e.addNode("b", nodeOpts{})
+	readAll(t, b, f)
+	s := b.peer.Stats()
+	if s.Peer.Requests != 4 || s.Peer.Hits != 0 || s.Skipped != 0 {
+		t.Errorf("b: peer %+v, %d skipped; want 4 requests to the stale holder, none skipped", s.Peer, s.Skipped)
+	}
+	if a.peer.Stats().ServedMissing < 4 {
+		t.Errorf("a answered %d 404s", a.peer.Stats().ServedMissing)
+	}
+}
