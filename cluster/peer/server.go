@@ -106,6 +106,7 @@ func (p *Peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if rng.set {
 		if off >= size {
+			h.Del(CRCHeader)
 			h.Set("Content-Range", fmt.Sprintf("bytes */%d", size))
 			http.Error(w, "range past the chunk's end", http.StatusRequestedRangeNotSatisfiable)
 			return
