@@ -64,6 +64,7 @@ type Local interface {
 	// as it is until the caller is done with it (a reply is being written).
 	ReadChunk(ref objstore.ChunkRef, off, n int64) (data []byte, size int64, crc objstore.CRC32C, ok bool)
 	// StoreChunk keeps a whole, verified chunk so that this node serves it.
+	// data is shared with Fetch's callers: copy it, or keep it unmodified.
 	StoreChunk(ref objstore.ChunkRef, data []byte, crc objstore.CRC32C) error
 }
 
