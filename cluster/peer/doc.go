@@ -59,6 +59,10 @@
 // so a dead holder costs one refused connection, not one per chunk; a 404
 // or a home node's 502 (its S3 fill failed) does not make it suspect.
 //
+// Warm (dnnfs warmup) asks a chunk's home for it with ?fill=1 and
+// "Range: bytes=0-0": the home fills and keeps the whole chunk, and one
+// byte travels back, so warm-up spreads over the live nodes as homes do.
+//
 // Catalogs: ManifestCatalog resolves committed versions through their
 // manifests (read once, kept); AttachCatalog resolves attached foreign
 // objects (version 1, chunks are byte ranges of the object, no manifest,
