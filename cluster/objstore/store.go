@@ -38,6 +38,10 @@ var (
 	ErrShort = errors.New("S3 object shorter than the range asked for")
 )
 
+// openProbeKey is the key Open reads to check the credentials and the
+// bucket; it is never written.
+const openProbeKey = ".dnnfs-open-check"
+
 // DefaultRegion is the region when neither Config.Region nor $AWS_REGION
 // names one.
 const DefaultRegion = "us-east-1"
@@ -166,15 +170,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("S3 endpoint %q: %w", cfg.Endpoint, err)
 	}
 	s.cli, s.core = cli, minio.Core{Client: cli}
-	// One LIST of at most one key checks both: unlike a HEAD of the bucket
-	// its error has a body, so an unknown access key (versitygw answers 404
-	// XAdminUserNotFound) is told from a missing bucket. It needs the
-	// s3:ListBucket permission, which attach needs anyway.
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The first item answers (an empty bucket closes the channel at once).
-	if o, ok := <-cli.ListObjects(lctx, cfg.Bucket, minio.ListObjectsOptions{MaxKeys: 1}); ok && o.Err != nil {
-		return nil, s.classify(o.Err, "bucket "+cfg.Bucket)
+	// One GET of a key nobody writes checks both: unlike a HEAD its error
+	// has a body, so an unknown access key (versitygw answers 404
+	// XAdminUserNotFound) is told from a missing bucket (NoSuchBucket) and
+	// from the expected NoSuchKey; unlike a LIST it is one request, and
+	// needs no more permission than reading chunks does.
+	var probe minio.GetObjectOptions
+	_ = probe.SetRange(0, 0)
+	body, _, _, err := s.core.GetObject(ctx, cfg.Bucket, openProbeKey, probe)
+	if err == nil {
+		body.Close()
+	} else if minio.ToErrorResponse(err).Code != "NoSuchKey" {
+		return nil, s.classify(err, "bucket "+cfg.Bucket)
 	}
 	return s, nil
 }

@@ -81,6 +81,9 @@ func TestOpenBadConfig(t *testing.T) {
 func TestChunksAndManifest(t *testing.T) {
 	s3 := clusterenv.StartS3(t)
 	st := open(t, s3)
+	if s := st.Stats(); s.Requests != 1 {
+		t.Fatalf("Open sent %d requests, want 1", s.Requests)
+	}
 	ctx := context.Background()
 	const chunkSize = 64 << 10
 	data := make([]byte, 3*chunkSize+1000)
