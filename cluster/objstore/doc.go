@@ -34,6 +34,10 @@
 //	| chunks[].size   | number | the chunk's length                                          |
 //	| chunks[].crc32c | string | CRC-32C (Castagnoli) of the chunk, 8 lower-case hex digits  |
 //
+// Open sends one request, a ranged GET of ".dnnfs-open-check" (a key never
+// written; NoSuchKey is the good answer), whose error body tells bad
+// credentials from a missing bucket.
+//
 // Attached foreign objects (dnnfs attach) have no manifest: ListForeign
 // lists them (key, size, etag) and GetRange reads a chunk's byte range.
 //
