@@ -11,6 +11,9 @@ TEST_TMP  ?= /dev/shm/dnnfs-test
 # Fuzz runs are bounded by executions, not time: a time bound makes the Go
 # fuzz coordinator fail with "context deadline exceeded" on a loaded machine.
 FUZZEXECS ?= 50000x
+# versitygw, the S3 server of the cluster tests (issue #17); `make deps` installs it.
+VERSITYGW_VERSION ?= v1.8.0
+VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
 # staticcheck (honnef.co/go/tools), pinned; `make deps` installs it.
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
@@ -68,6 +71,8 @@ deps:
 		echo "installing: bash-completion"; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bash-completion >/dev/null; }
 	@test -e /dev/fuse || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)"; exit 1; }
+	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
+		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	$(GO) mod download
 	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		{ echo "installing: staticcheck $(STATICCHECK_VERSION)"; $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }

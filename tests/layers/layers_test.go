@@ -23,7 +23,9 @@ var layer = map[string]int{
 	"pmem":             1,
 	"lock":             1,
 	"alloc":            1,
+	"cluster/objstore": 1, // everything in S3: the object store client and its codecs
 	"journal":          2,
+	"cluster/peer":     2, // the peer memory tier: chunk server, fetcher; namespace and objstore below it
 	"client":           2, // linked into training jobs: wire and internal only
 	"journal/seglog":   3,
 	"recovery":         4,

@@ -1,0 +1,124 @@
+package objstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+)
+
+// FSID is a cluster's id: 32 lower-case hex digits, created once in etcd
+// by the first node.
+type FSID string
+
+// FileID names a file across the cluster: 32 lower-case hex digits (a
+// random 128-bit value, or for an attached object a hash of bucket, key
+// and etag), assigned when a path is first committed; it survives rename.
+type FileID string
+
+// Version is a file's committed version, 1 up, bumped by each commit.
+type Version uint64
+
+// ChunkIdx is a chunk's index in its file (offset / chunk_size).
+type ChunkIdx uint32
+
+// ChunkRef names one chunk of one version of a file.
+type ChunkRef struct {
+	File FileID
+	Ver  Version
+	Idx  ChunkIdx
+}
+
+// String is the chunk's name in the peer protocol and in rendezvous
+// hashing: "<id>/<ver>/<chunk>".
+func (r ChunkRef) String() string {
+	return fmt.Sprintf("%s/%d/%d", r.File, r.Ver, r.Idx)
+}
+
+// ForeignFileID is the FileID of an attached foreign object (dnnfs
+// attach): the first 128 bits of sha256("<bucket>/<key>/<etag>"), in hex,
+// so every node names the same object the same, and a rewritten object
+// (a new etag) is a new file, never a mix of old and new chunks.
+func ForeignFileID(bucket, key, etag string) FileID {
+	sum := sha256.Sum256([]byte(bucket + "/" + key + "/" + etag))
+	return FileID(hex.EncodeToString(sum[:16]))
+}
+
+// ErrBadID: an FSID or FileID that is not 32 lower-case hex digits.
+var ErrBadID = errors.New("not 32 lower-case hex digits")
+
+func checkHex32(s string) error {
+	if len(s) != 32 {
+		return ErrBadID
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return ErrBadID
+		}
+	}
+	return nil
+}
+
+// ParseFileID checks s is a FileID.
+func ParseFileID(s string) (FileID, error) {
+	if err := checkHex32(s); err != nil {
+		return "", fmt.Errorf("file id %q: %w", s, err)
+	}
+	return FileID(s), nil
+}
+
+// ParseFSID checks s is an FSID.
+func ParseFSID(s string) (FSID, error) {
+	if err := checkHex32(s); err != nil {
+		return "", fmt.Errorf("fsid %q: %w", s, err)
+	}
+	return FSID(s), nil
+}
+
+// CRC32C is a chunk's CRC-32C (Castagnoli), as in manifests and in the
+// peer protocol's X-Dnnfs-Crc32c header: 8 lower-case hex digits.
+type CRC32C uint32
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C of b.
+func Checksum(b []byte) CRC32C { return CRC32C(crc32.Checksum(b, castagnoli)) }
+
+// String is the 8-hex-digit form.
+func (c CRC32C) String() string { return fmt.Sprintf("%08x", uint32(c)) }
+
+// ErrBadCRC: a CRC-32C that is not 8 hex digits.
+var ErrBadCRC = errors.New("crc32c is not 8 hex digits")
+
+// ParseCRC32C reads the 8-hex-digit form.
+func ParseCRC32C(s string) (CRC32C, error) {
+	if len(s) != 8 {
+		return 0, fmt.Errorf("%q: %w", s, ErrBadCRC)
+	}
+	v, err := strconv.ParseUint(s, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, ErrBadCRC)
+	}
+	return CRC32C(v), nil
+}
+
+// MarshalJSON writes the 8-hex-digit string.
+func (c CRC32C) MarshalJSON() ([]byte, error) { return json.Marshal(c.String()) }
+
+// UnmarshalJSON reads the 8-hex-digit string.
+func (c *CRC32C) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := ParseCRC32C(s)
+	if err != nil {
+		return err
+	}
+	*c = v
+	return nil
+}
