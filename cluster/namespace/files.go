@@ -1,0 +1,204 @@
+package namespace
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// File returns a file's committed record and the etcd mod revision it was
+// read at: the base a following Commit compares against. ErrNotFound when
+// there is no record (never committed, or removed).
+func (ns *NS) File(ctx context.Context, id FileID) (FileRecord, int64, error) {
+	if err := id.Valid(); err != nil {
+		return FileRecord{}, 0, err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	k := ns.fileKey(id)
+	resp, err := ns.cli.Get(ctx, k)
+	if err != nil {
+		return FileRecord{}, 0, ns.wrap("file "+string(id), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return FileRecord{}, 0, fmt.Errorf("%w: file %s", ErrNotFound, id)
+	}
+	rec, err := decodeFile(k, resp.Kvs[0].Value)
+	return rec, resp.Kvs[0].ModRevision, err
+}
+
+// Commit makes a new version of a file visible: the one transaction of the
+// design (DESIGN.md §Cluster), after its chunks and manifest are in the
+// object store. It succeeds only if files/<id> is still at the mod
+// revision base the caller read (0: the file was never committed, and then
+// path must name nothing yet, and it is named in the same transaction);
+// rec.Version must be the read version + 1 (1 for a new file). This node
+// becomes the holder of the chunks given, under its lease. When this node
+// holds the file's writer lock, the transaction also requires that it
+// still does.
+//
+// It returns the new record's mod revision (the base of the next commit).
+// ErrConflict when another commit (or a remove) came first, ErrExists
+// when a new file's path names another file (ErrIsDir, ErrNotDir when it
+// cannot be a file), ErrWriterLost when the writer lock was lost, ErrUnavailable when
+// etcd did not answer: in every failure nothing of it is visible.
+func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, rec FileRecord, held Chunks) (int64, error) {
+	if err := CleanPath(path); err != nil {
+		return 0, err
+	}
+	if err := id.Valid(); err != nil {
+		return 0, err
+	}
+	if err := rec.check(); err != nil {
+		return 0, err
+	}
+	if base == 0 && rec.Version != 1 {
+		return 0, fmt.Errorf("%w: the first commit of %s is version 1, not %d", ErrInvalid, id, rec.Version)
+	}
+	lease, err := ns.currentLease()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	fk, nk := ns.fileKey(id), ns.nameKey(path)
+	fv := FileVersion{File: id, Ver: rec.Version}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fk), "=", base)}
+	ops := []clientv3.Op{clientv3.OpPut(fk, mustJSON(rec))}
+	if base == 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nk), "=", 0))
+		cmps = append(cmps, ns.placeCmps(path)...)
+		ops = append(ops, clientv3.OpPut(nk, mustJSON(nameRecord{ID: id})))
+	}
+	ns.mu.Lock()
+	wl, holdsLock := ns.writers[id]
+	if held.Len() > 0 {
+		all := ns.holdings[fv].Clone()
+		all.Union(held)
+		held = all
+	}
+	ns.mu.Unlock()
+	if holdsLock {
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(ns.writerKey(id)), "=", wl))
+	}
+	if held.Len() > 0 {
+		ops = append(ops, clientv3.OpPut(ns.holderKey(fv, ns.cfg.Node), mustJSON(holderRecord{Chunks: held.String()}), clientv3.WithLease(lease)))
+	}
+	resp, err := ns.cli.Txn(ctx).If(cmps...).Then(ops...).Else(
+		clientv3.OpGet(fk), clientv3.OpGet(nk), clientv3.OpGet(ns.writerKey(id)),
+	).Commit()
+	if err != nil {
+		return 0, ns.wrap("commit "+path, err)
+	}
+	if !resp.Succeeded {
+		fkv := resp.Responses[0].GetResponseRange().Kvs
+		wkv := resp.Responses[2].GetResponseRange().Kvs
+		switch {
+		case holdsLock && (len(wkv) == 0 || clientv3.LeaseID(wkv[0].Lease) != wl):
+			ns.mu.Lock()
+			if ns.writers[id] == wl {
+				delete(ns.writers, id)
+			}
+			ns.mu.Unlock()
+			return 0, fmt.Errorf("%w: commit %s (%s)", ErrWriterLost, path, id)
+		case len(fkv) > 0 && fkv[0].ModRevision != base:
+			cur, _ := decodeFile(fk, fkv[0].Value)
+			return 0, fmt.Errorf("%w: commit %s (%s) version %d: version %d was committed meanwhile", ErrConflict, path, id, rec.Version, cur.Version)
+		case len(fkv) == 0 && base != 0:
+			return 0, fmt.Errorf("%w: commit %s (%s): the file was removed meanwhile", ErrConflict, path, id)
+		}
+		if nkv := resp.Responses[1].GetResponseRange().Kvs; base == 0 && len(nkv) > 0 {
+			return 0, fmt.Errorf("%w: commit %s (%s): the path names another file", ErrExists, path, id)
+		}
+		if err := ns.placeError(ctx, path); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: commit %s (%s): raced with another transaction", ErrConflict, path, id)
+	}
+	if held.Len() > 0 {
+		ns.mu.Lock()
+		if ns.lease == lease {
+			ns.holdings[fv] = held
+		}
+		ns.mu.Unlock()
+	}
+	return resp.Header.Revision, nil
+}
+
+// FileEvent is a change of a file record seen by WatchFiles.
+type FileEvent struct {
+	ID      FileID
+	Record  FileRecord // zero when Deleted
+	Deleted bool       // removed (unlinked, or replaced by a rename)
+	Rev     int64      // the record's mod revision (the event's revision)
+	// Resync: the watch lost its history (etcd compacted it) and
+	// restarted from a listing; events that follow repeat every record,
+	// and removals in the gap are not reported: drop cached state.
+	Resync bool
+}
+
+// WatchFiles calls fn for every change of a file record from now on, in
+// revision order, one call at a time, until ctx is done or the NS closed;
+// it returns once the watch is in place, so every commit after it is
+// delivered. A watch broken by a lost member or leader resumes where it
+// was, on another member.
+func (ns *NS) WatchFiles(ctx context.Context, fn func(FileEvent)) error {
+	prefix := ns.key("files/")
+	octx, cancel := ns.opCtx(ctx)
+	resp, err := ns.cli.Get(octx, ns.key("fsid"), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return ns.wrap("watching files", err)
+	}
+	rev := resp.Header.Revision
+	apply := func(evs []*clientv3.Event) {
+		for _, ev := range evs {
+			k := string(ev.Kv.Key)
+			fe := FileEvent{ID: FileID(strings.TrimPrefix(k, prefix)), Rev: ev.Kv.ModRevision}
+			if ev.Type == clientv3.EventTypeDelete {
+				fe.Deleted = true
+			} else {
+				rec, err := decodeFile(k, ev.Kv.Value)
+				if err != nil {
+					ns.log.Warn("skipping a file record", zap.Error(err))
+					continue
+				}
+				fe.Record = rec
+			}
+			fn(fe)
+		}
+	}
+	relist := func(ctx context.Context) (int64, error) {
+		resp, err := ns.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return 0, err
+		}
+		fn(FileEvent{Resync: true, Rev: resp.Header.Revision})
+		for _, kv := range resp.Kvs {
+			if rec, err := decodeFile(string(kv.Key), kv.Value); err == nil {
+				fn(FileEvent{ID: FileID(strings.TrimPrefix(string(kv.Key), prefix)), Record: rec, Rev: kv.ModRevision})
+			}
+		}
+		return resp.Header.Revision, nil
+	}
+	// The watch stops with whichever ends first, ctx or the NS.
+	wctx, wcancel := context.WithCancel(ns.ctx)
+	ns.wg.Add(1)
+	go func() {
+		defer ns.wg.Done()
+		select {
+		case <-ctx.Done():
+		case <-wctx.Done():
+		}
+		wcancel()
+	}()
+	ns.wg.Add(1)
+	go func() {
+		defer ns.wg.Done()
+		ns.follow(wctx, prefix, rev, relist, apply)
+	}()
+	return nil
+}

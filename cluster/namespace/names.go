@@ -1,0 +1,256 @@
+package namespace
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Entry is one direct child of a directory: a file (names/<path>) or a
+// directory implied by names below it.
+type Entry struct {
+	Name string
+	Dir  bool
+	ID   FileID // files only
+}
+
+func (ns *NS) nameKey(path string) string { return ns.key("names/" + path) }
+func (ns *NS) fileKey(id FileID) string   { return ns.key("files/" + string(id)) }
+
+// Lookup returns the file a path names: ErrNotFound when none does,
+// ErrIsDir when the path is a directory implied by names below it.
+func (ns *NS) Lookup(ctx context.Context, path string) (FileID, error) {
+	if err := CleanPath(path); err != nil {
+		return "", err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	k := ns.nameKey(path)
+	resp, err := ns.cli.Txn(ctx).Then(
+		clientv3.OpGet(k),
+		clientv3.OpGet(k+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return "", ns.wrap("lookup "+path, err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return decodeName(k, kvs[0].Value)
+	}
+	if resp.Responses[1].GetResponseRange().Count > 0 {
+		return "", fmt.Errorf("%w: %s", ErrIsDir, path)
+	}
+	return "", fmt.Errorf("%w: %s", ErrNotFound, path)
+}
+
+// listPage is how many keys List reads per request.
+const listPage = 512
+
+// List returns the direct children of a directory ("" is the root), sorted
+// by name, all read at one revision. A directory with no names below it
+// does not exist: ErrNotFound (except the root, which is always there).
+// Pages skip over a child directory's subtree rather than reading it.
+func (ns *NS) List(ctx context.Context, dir string) ([]Entry, error) {
+	if dir != "" {
+		if err := CleanPath(dir); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	prefix := ns.key("names/")
+	if dir != "" {
+		prefix = ns.nameKey(dir) + "/"
+	}
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	var out []Entry
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := ns.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, ns.wrap("list "+dir, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		next := ""
+		for _, kv := range resp.Kvs {
+			rel := strings.TrimPrefix(string(kv.Key), prefix)
+			name, below, isDir := strings.Cut(rel, "/")
+			if isDir && below != "" {
+				if len(out) == 0 || out[len(out)-1].Name != name {
+					out = append(out, Entry{Name: name, Dir: true})
+				}
+				// The subtree ends before name+"0" ('0' follows '/').
+				next = prefix + name + "0"
+				continue
+			}
+			id, err := decodeName(string(kv.Key), kv.Value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Entry{Name: rel, ID: id})
+			next = string(kv.Key) + "\x00"
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = next
+	}
+	if len(out) == 0 && dir != "" {
+		return nil, fmt.Errorf("%w: directory %s", ErrNotFound, dir)
+	}
+	return out, nil
+}
+
+// Rename moves a file's name from oldPath to newPath in one transaction,
+// replacing a file at newPath (whose file record goes with it, as unlink
+// would). The file keeps its id. ErrNotFound when oldPath names no file,
+// ErrIsDir when either path is a directory (directories are implied by
+// their names and are not renamed here), ErrConflict when another node
+// changed either name meanwhile (nothing was changed: try again).
+func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
+	if err := CleanPath(oldPath); err != nil {
+		return err
+	}
+	if err := CleanPath(newPath); err != nil {
+		return err
+	}
+	if oldPath == newPath {
+		_, err := ns.Lookup(ctx, oldPath)
+		return err
+	}
+	if strings.HasPrefix(newPath, oldPath+"/") {
+		return fmt.Errorf("%w: rename %s under itself (%s)", ErrInvalid, oldPath, newPath)
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	ok, nk := ns.nameKey(oldPath), ns.nameKey(newPath)
+	resp, err := ns.cli.Txn(ctx).Then(
+		clientv3.OpGet(ok), clientv3.OpGet(nk),
+		clientv3.OpGet(nk+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(ok+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return ns.wrap("rename "+oldPath, err)
+	}
+	oldKVs, newKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(oldKVs) == 0 {
+		if resp.Responses[3].GetResponseRange().Count > 0 {
+			return fmt.Errorf("%w: rename %s: a directory", ErrIsDir, oldPath)
+		}
+		return fmt.Errorf("%w: %s", ErrNotFound, oldPath)
+	}
+	if resp.Responses[2].GetResponseRange().Count > 0 {
+		return fmt.Errorf("%w: rename onto %s: a directory", ErrIsDir, newPath)
+	}
+	id, err := decodeName(ok, oldKVs[0].Value)
+	if err != nil {
+		return err
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(ok), "=", oldKVs[0].ModRevision),
+		clientv3.Compare(clientv3.CreateRevision(nk), "=", 0),
+	}
+	ops := []clientv3.Op{clientv3.OpDelete(ok), clientv3.OpPut(nk, mustJSON(nameRecord{ID: id}))}
+	if len(newKVs) > 0 {
+		victim, err := decodeName(nk, newKVs[0].Value)
+		if err != nil {
+			return err
+		}
+		cmps[1] = clientv3.Compare(clientv3.ModRevision(nk), "=", newKVs[0].ModRevision)
+		if victim != id {
+			ops = append(ops, clientv3.OpDelete(ns.fileKey(victim)))
+		}
+	}
+	cmps = append(cmps, ns.placeCmps(newPath)...)
+	tresp, err := ns.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return ns.wrap("rename "+oldPath, err)
+	}
+	if !tresp.Succeeded {
+		if err := ns.placeError(ctx, newPath); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: rename %s to %s: a name changed meanwhile", ErrConflict, oldPath, newPath)
+	}
+	return nil
+}
+
+// placeCmps are the conditions for a file name at path: no name below it
+// (that would make it a directory too) and no file at any of its parent
+// directories.
+func (ns *NS) placeCmps(path string) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ns.nameKey(path)+"/"), "=", 0).WithPrefix()}
+	for i := 0; i < len(path); i++ {
+		if path[i] == '/' {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.nameKey(path[:i])), "=", 0))
+		}
+	}
+	return cmps
+}
+
+// placeError tells why placeCmps(path) failed: ErrIsDir, ErrNotDir, or
+// nil when they hold now (a race: the caller says ErrConflict).
+func (ns *NS) placeError(ctx context.Context, path string) error {
+	ops := []clientv3.Op{clientv3.OpGet(ns.nameKey(path)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())}
+	for i := 0; i < len(path); i++ {
+		if path[i] == '/' {
+			ops = append(ops, clientv3.OpGet(ns.nameKey(path[:i]), clientv3.WithCountOnly()))
+		}
+	}
+	resp, err := ns.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return ns.wrap("checking "+path, err)
+	}
+	if resp.Responses[0].GetResponseRange().Count > 0 {
+		return fmt.Errorf("%w: %s", ErrIsDir, path)
+	}
+	for _, r := range resp.Responses[1:] {
+		if r.GetResponseRange().Count > 0 {
+			return fmt.Errorf("%w: %s", ErrNotDir, path)
+		}
+	}
+	return nil
+}
+
+// Remove deletes a file's name and its file record in one transaction.
+// ErrNotFound when the path names no file, ErrConflict when it changed
+// meanwhile (nothing was removed). The chunk objects stay (garbage of
+// the object store), and holder records vanish with their nodes' leases
+// or their DropSuperseded.
+func (ns *NS) Remove(ctx context.Context, path string) error {
+	if err := CleanPath(path); err != nil {
+		return err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	k := ns.nameKey(path)
+	resp, err := ns.cli.Get(ctx, k)
+	if err != nil {
+		return ns.wrap("remove "+path, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("%w: %s", ErrNotFound, path)
+	}
+	id, err := decodeName(k, resp.Kvs[0].Value)
+	if err != nil {
+		return err
+	}
+	tresp, err := ns.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(k), clientv3.OpDelete(ns.fileKey(id))).Commit()
+	if err != nil {
+		return ns.wrap("remove "+path, err)
+	}
+	if !tresp.Succeeded {
+		return fmt.Errorf("%w: remove %s: the name changed meanwhile", ErrConflict, path)
+	}
+	return nil
+}
