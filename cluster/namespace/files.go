@@ -19,9 +19,9 @@ func (ns *NS) File(ctx context.Context, id FileID) (FileRecord, int64, error) {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	k := ns.fileKey(id)
-	resp, err := ns.cli.Get(ctx, k)
+	resp, err := ns.get(ctx, "file "+string(id), k)
 	if err != nil {
-		return FileRecord{}, 0, ns.wrap("file "+string(id), err)
+		return FileRecord{}, 0, err
 	}
 	if len(resp.Kvs) == 0 {
 		return FileRecord{}, 0, fmt.Errorf("%w: file %s", ErrNotFound, id)
@@ -38,7 +38,8 @@ func (ns *NS) File(ctx context.Context, id FileID) (FileRecord, int64, error) {
 // rec.Version must be the read version + 1 (1 for a new file). This node
 // becomes the holder of the chunks given, under its lease. When this node
 // holds the file's writer lock, the transaction also requires that it
-// still does.
+// still does (ErrWriterLost); when it does not, that no node does
+// (ErrWriterBusy).
 //
 // It returns the new record's mod revision (the base of the next commit).
 // ErrConflict when another commit (or a remove) came first, ErrExists
@@ -81,36 +82,48 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 		held = all
 	}
 	ns.mu.Unlock()
+	if holdsLock && wl != lease {
+		return 0, fmt.Errorf("%w: commit %s (%s): the node lease it was taken under ended", ErrWriterLost, path, id)
+	}
 	if holdsLock {
 		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(ns.writerKey(id)), "=", wl))
+	} else {
+		// Nobody else may be writing it either.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.writerKey(id)), "=", 0))
 	}
 	if held.Len() > 0 {
 		ops = append(ops, clientv3.OpPut(ns.holderKey(fv, ns.cfg.Node), mustJSON(holderRecord{Chunks: held.String()}), clientv3.WithLease(lease)))
 	}
-	resp, err := ns.cli.Txn(ctx).If(cmps...).Then(ops...).Else(
+	val := mustJSON(rec)
+	ops[0] = clientv3.OpPut(fk, val)
+	resp, ambiguous, err := ns.txn(ctx, "commit "+path, cmps, ops, []clientv3.Op{
 		clientv3.OpGet(fk), clientv3.OpGet(nk), clientv3.OpGet(ns.writerKey(id)),
-	).Commit()
+	})
 	if err != nil {
-		return 0, ns.wrap("commit "+path, err)
+		return 0, err
 	}
 	if !resp.Succeeded {
-		fkv := resp.Responses[0].GetResponseRange().Kvs
-		wkv := resp.Responses[2].GetResponseRange().Kvs
+		fkv := resp.Responses[0].GetResponseRange().GetKvs()
+		wkv := resp.Responses[2].GetResponseRange().GetKvs()
 		switch {
+		case ambiguous && len(fkv) > 0 && fkv[0].ModRevision > base && string(fkv[0].Value) == val:
+			// An attempt that seemed to fail was applied: the record is
+			// ours, byte for byte (its mtime and manifest key with it).
+			ns.noteHeld(lease, fv, held)
+			return fkv[0].ModRevision, nil
 		case holdsLock && (len(wkv) == 0 || clientv3.LeaseID(wkv[0].Lease) != wl):
-			ns.mu.Lock()
-			if ns.writers[id] == wl {
-				delete(ns.writers, id)
-			}
-			ns.mu.Unlock()
 			return 0, fmt.Errorf("%w: commit %s (%s)", ErrWriterLost, path, id)
+		case !holdsLock && len(wkv) > 0:
+			var w writerRecord
+			decode(string(wkv[0].Key), wkv[0].Value, &w)
+			return 0, fmt.Errorf("%w: commit %s (%s): node %s holds the writer lock", ErrWriterBusy, path, id, w.Node)
 		case len(fkv) > 0 && fkv[0].ModRevision != base:
 			cur, _ := decodeFile(fk, fkv[0].Value)
 			return 0, fmt.Errorf("%w: commit %s (%s) version %d: version %d was committed meanwhile", ErrConflict, path, id, rec.Version, cur.Version)
 		case len(fkv) == 0 && base != 0:
 			return 0, fmt.Errorf("%w: commit %s (%s): the file was removed meanwhile", ErrConflict, path, id)
 		}
-		if nkv := resp.Responses[1].GetResponseRange().Kvs; base == 0 && len(nkv) > 0 {
+		if nkv := resp.Responses[1].GetResponseRange().GetKvs(); base == 0 && len(nkv) > 0 {
 			return 0, fmt.Errorf("%w: commit %s (%s): the path names another file", ErrExists, path, id)
 		}
 		if err := ns.placeError(ctx, path); err != nil {
@@ -118,14 +131,20 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 		}
 		return 0, fmt.Errorf("%w: commit %s (%s): raced with another transaction", ErrConflict, path, id)
 	}
-	if held.Len() > 0 {
-		ns.mu.Lock()
-		if ns.lease == lease {
-			ns.holdings[fv] = held
-		}
-		ns.mu.Unlock()
-	}
+	ns.noteHeld(lease, fv, held)
 	return resp.Header.Revision, nil
+}
+
+// noteHeld records a holder record a commit wrote under lease.
+func (ns *NS) noteHeld(lease clientv3.LeaseID, fv FileVersion, held Chunks) {
+	if held.Len() == 0 {
+		return
+	}
+	ns.mu.Lock()
+	if ns.lease == lease {
+		ns.holdings[fv] = held
+	}
+	ns.mu.Unlock()
 }
 
 // FileEvent is a change of a file record seen by WatchFiles.
@@ -148,10 +167,10 @@ type FileEvent struct {
 func (ns *NS) WatchFiles(ctx context.Context, fn func(FileEvent)) error {
 	prefix := ns.key("files/")
 	octx, cancel := ns.opCtx(ctx)
-	resp, err := ns.cli.Get(octx, ns.key("fsid"), clientv3.WithCountOnly())
+	resp, err := ns.get(octx, "watching files", ns.key("fsid"), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
-		return ns.wrap("watching files", err)
+		return err
 	}
 	rev := resp.Header.Revision
 	apply := func(evs []*clientv3.Event) {
@@ -172,7 +191,7 @@ func (ns *NS) WatchFiles(ctx context.Context, fn func(FileEvent)) error {
 		}
 	}
 	relist := func(ctx context.Context) (int64, error) {
-		resp, err := ns.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		resp, err := ns.get(ctx, "listing files", prefix, clientv3.WithPrefix())
 		if err != nil {
 			return 0, err
 		}

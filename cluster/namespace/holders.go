@@ -54,8 +54,8 @@ func (ns *NS) DropHolding(ctx context.Context, id FileID, ver Version) error {
 	ns.mu.Unlock()
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
-	_, err := ns.cli.Delete(ctx, ns.holderKey(fv, ns.cfg.Node))
-	return ns.wrap("dropping holder record", err)
+	_, _, err := ns.txn(ctx, "dropping a holder record", nil, []clientv3.Op{clientv3.OpDelete(ns.holderKey(fv, ns.cfg.Node))}, nil)
+	return err
 }
 
 // Held returns this node's holdings as recorded (or about to be).
@@ -122,7 +122,7 @@ func (ns *NS) Flush(ctx context.Context) error {
 	defer cancel()
 	for i := 0; i < len(ops); i += maxTxnOps {
 		j := min(i+maxTxnOps, len(ops))
-		if _, err := ns.cli.Txn(ctx).Then(ops[i:j]...).Commit(); err != nil {
+		if _, _, err := ns.txn(ctx, "writing holder records", nil, ops[i:j], nil); err != nil {
 			ns.mu.Lock()
 			for _, fv := range fvs[i:] {
 				if _, ok := ns.holdings[fv]; ok {
@@ -130,7 +130,7 @@ func (ns *NS) Flush(ctx context.Context) error {
 				}
 			}
 			ns.mu.Unlock()
-			return ns.wrap("writing holder records", err)
+			return err
 		}
 	}
 	return nil
@@ -164,9 +164,9 @@ func (ns *NS) HoldersOf(ctx context.Context, id FileID, ver Version) (map[NodeID
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	prefix := ns.holderKey(FileVersion{File: id, Ver: ver}, "") // ends in "/"
-	resp, err := ns.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	resp, err := ns.get(ctx, "holders of "+string(id), prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, ns.wrap("holders of "+string(id), err)
+		return nil, err
 	}
 	out := map[NodeID]Chunks{}
 	for _, kv := range resp.Kvs {
@@ -201,12 +201,12 @@ func (ns *NS) Superseded(ctx context.Context, held []FileVersion) ([]FileVersion
 			}
 			ops[j] = clientv3.OpGet(ns.fileKey(fv.File))
 		}
-		resp, err := ns.cli.Txn(ctx).Then(ops...).Commit()
+		resp, _, err := ns.txn(ctx, "reading file records", nil, ops, nil)
 		if err != nil {
-			return nil, ns.wrap("reading file records", err)
+			return nil, err
 		}
 		for j, fv := range batch {
-			kvs := resp.Responses[j].GetResponseRange().Kvs
+			kvs := resp.Responses[j].GetResponseRange().GetKvs()
 			if len(kvs) == 0 {
 				out = append(out, fv)
 				continue
@@ -265,16 +265,23 @@ func (ns *NS) AcquireWriter(ctx context.Context, id FileID) (*Writer, error) {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	k := ns.writerKey(id)
-	resp, err := ns.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, mustJSON(writerRecord{Node: ns.cfg.Node, Since: time.Now().UnixNano()}), clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(k)).Commit()
+	ns.mu.Lock()
+	wl, ok := ns.writers[id]
+	mine := ok && wl == lease
+	ns.mu.Unlock()
+	resp, ambiguous, err := ns.txn(ctx, "taking the writer lock of "+string(id),
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(k, mustJSON(writerRecord{Node: ns.cfg.Node, Since: time.Now().UnixNano()}), clientv3.WithLease(lease))},
+		[]clientv3.Op{clientv3.OpGet(k)})
 	if err != nil {
-		return nil, ns.wrap("taking the writer lock of "+string(id), err)
+		return nil, err
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); !resp.Succeeded && ambiguous && !mine && len(kvs) > 0 && clientv3.LeaseID(kvs[0].Lease) == lease {
+		resp.Succeeded = true // an attempt that seemed to fail took it
 	}
 	if !resp.Succeeded {
 		holder := "another node"
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			var w writerRecord
 			if decode(k, kvs[0].Value, &w) == nil {
 				holder = fmt.Sprintf("node %s since %s", w.Node, time.Unix(0, w.Since).UTC().Format(time.RFC3339))
@@ -300,8 +307,8 @@ func (w *Writer) Release(ctx context.Context) error {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	k := ns.writerKey(w.id)
-	_, err := ns.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(k), "=", w.lease)).
-		Then(clientv3.OpDelete(k)).Commit()
-	return ns.wrap("releasing the writer lock of "+string(w.id), err)
+	_, _, err := ns.txn(ctx, "releasing the writer lock of "+string(w.id),
+		[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(k), "=", w.lease)},
+		[]clientv3.Op{clientv3.OpDelete(k)}, nil)
+	return err
 }

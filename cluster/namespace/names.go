@@ -28,17 +28,17 @@ func (ns *NS) Lookup(ctx context.Context, path string) (FileID, error) {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	k := ns.nameKey(path)
-	resp, err := ns.cli.Txn(ctx).Then(
+	resp, _, err := ns.txn(ctx, "lookup "+path, nil, []clientv3.Op{
 		clientv3.OpGet(k),
 		clientv3.OpGet(k+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
+	}, nil)
 	if err != nil {
-		return "", ns.wrap("lookup "+path, err)
+		return "", err
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		return decodeName(k, kvs[0].Value)
 	}
-	if resp.Responses[1].GetResponseRange().Count > 0 {
+	if resp.Responses[1].GetResponseRange().GetCount() > 0 {
 		return "", fmt.Errorf("%w: %s", ErrIsDir, path)
 	}
 	return "", fmt.Errorf("%w: %s", ErrNotFound, path)
@@ -72,9 +72,9 @@ func (ns *NS) List(ctx context.Context, dir string) ([]Entry, error) {
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := ns.cli.Get(ctx, from, opts...)
+		resp, err := ns.get(ctx, "list "+dir, from, opts...)
 		if err != nil {
-			return nil, ns.wrap("list "+dir, err)
+			return nil, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -132,22 +132,22 @@ func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	ok, nk := ns.nameKey(oldPath), ns.nameKey(newPath)
-	resp, err := ns.cli.Txn(ctx).Then(
+	resp, _, err := ns.txn(ctx, "rename "+oldPath, nil, []clientv3.Op{
 		clientv3.OpGet(ok), clientv3.OpGet(nk),
 		clientv3.OpGet(nk+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(ok+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
+	}, nil)
 	if err != nil {
-		return ns.wrap("rename "+oldPath, err)
+		return err
 	}
-	oldKVs, newKVs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	oldKVs, newKVs := resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs()
 	if len(oldKVs) == 0 {
-		if resp.Responses[3].GetResponseRange().Count > 0 {
+		if resp.Responses[3].GetResponseRange().GetCount() > 0 {
 			return fmt.Errorf("%w: rename %s: a directory", ErrIsDir, oldPath)
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, oldPath)
 	}
-	if resp.Responses[2].GetResponseRange().Count > 0 {
+	if resp.Responses[2].GetResponseRange().GetCount() > 0 {
 		return fmt.Errorf("%w: rename onto %s: a directory", ErrIsDir, newPath)
 	}
 	id, err := decodeName(ok, oldKVs[0].Value)
@@ -170,9 +170,16 @@ func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 		}
 	}
 	cmps = append(cmps, ns.placeCmps(newPath)...)
-	tresp, err := ns.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	tresp, ambiguous, err := ns.txn(ctx, "rename "+oldPath, cmps, ops, []clientv3.Op{clientv3.OpGet(ok), clientv3.OpGet(nk)})
 	if err != nil {
-		return ns.wrap("rename "+oldPath, err)
+		return err
+	}
+	if !tresp.Succeeded && ambiguous && len(tresp.Responses[0].GetResponseRange().GetKvs()) == 0 {
+		if kvs := tresp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > oldKVs[0].ModRevision {
+			if moved, err := decodeName(nk, kvs[0].Value); err == nil && moved == id {
+				return nil // an attempt that seemed to fail did it
+			}
+		}
 	}
 	if !tresp.Succeeded {
 		if err := ns.placeError(ctx, newPath); err != nil {
@@ -205,15 +212,15 @@ func (ns *NS) placeError(ctx context.Context, path string) error {
 			ops = append(ops, clientv3.OpGet(ns.nameKey(path[:i]), clientv3.WithCountOnly()))
 		}
 	}
-	resp, err := ns.cli.Txn(ctx).Then(ops...).Commit()
+	resp, _, err := ns.txn(ctx, "checking "+path, nil, ops, nil)
 	if err != nil {
-		return ns.wrap("checking "+path, err)
+		return err
 	}
-	if resp.Responses[0].GetResponseRange().Count > 0 {
+	if resp.Responses[0].GetResponseRange().GetCount() > 0 {
 		return fmt.Errorf("%w: %s", ErrIsDir, path)
 	}
 	for _, r := range resp.Responses[1:] {
-		if r.GetResponseRange().Count > 0 {
+		if r.GetResponseRange().GetCount() > 0 {
 			return fmt.Errorf("%w: %s", ErrNotDir, path)
 		}
 	}
@@ -232,9 +239,9 @@ func (ns *NS) Remove(ctx context.Context, path string) error {
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	k := ns.nameKey(path)
-	resp, err := ns.cli.Get(ctx, k)
+	resp, err := ns.get(ctx, "remove "+path, k)
 	if err != nil {
-		return ns.wrap("remove "+path, err)
+		return err
 	}
 	if len(resp.Kvs) == 0 {
 		return fmt.Errorf("%w: %s", ErrNotFound, path)
@@ -243,11 +250,15 @@ func (ns *NS) Remove(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	tresp, err := ns.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpDelete(k), clientv3.OpDelete(ns.fileKey(id))).Commit()
+	tresp, ambiguous, err := ns.txn(ctx, "remove "+path,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", resp.Kvs[0].ModRevision)},
+		[]clientv3.Op{clientv3.OpDelete(k), clientv3.OpDelete(ns.fileKey(id))},
+		[]clientv3.Op{clientv3.OpGet(k)})
 	if err != nil {
-		return ns.wrap("remove "+path, err)
+		return err
+	}
+	if !tresp.Succeeded && ambiguous && len(tresp.Responses[0].GetResponseRange().GetKvs()) == 0 {
+		return nil // an attempt that seemed to fail removed it
 	}
 	if !tresp.Succeeded {
 		return fmt.Errorf("%w: remove %s: the name changed meanwhile", ErrConflict, path)

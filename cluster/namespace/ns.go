@@ -17,6 +17,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -131,6 +133,12 @@ func Open(ctx context.Context, cfg Config) (*NS, error) {
 		// Keepalive pings find a dead member in seconds, not minutes.
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
+		// gRPC's default reconnect backoff grows to two minutes: a node
+		// would stay cut off that long after etcd came back.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd at %s: %v", ErrUnavailable, strings.Join(cfg.Endpoints, ","), err)
@@ -167,7 +175,7 @@ func (ns *NS) open(ctx context.Context) error {
 	if err := ns.loadFSID(ctx); err != nil {
 		return err
 	}
-	lease, err := ns.register(ctx)
+	lease, _, err := ns.register(ctx)
 	if err != nil {
 		return err
 	}
@@ -330,15 +338,15 @@ func unavailable(err error) bool {
 func (ns *NS) loadFSID(ctx context.Context) error {
 	k := ns.key("fsid")
 	rec := fsidRecord{FSID: NewFSID(), ChunkSize: ns.cfg.ChunkSize}
-	resp, err := ns.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, mustJSON(rec))).
-		Else(clientv3.OpGet(k)).Commit()
+	resp, _, err := ns.txn(ctx, "reading the fsid",
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(k, mustJSON(rec))},
+		[]clientv3.Op{clientv3.OpGet(k)})
 	if err != nil {
-		return ns.wrap("reading the fsid", err)
+		return err
 	}
 	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
 			return fmt.Errorf("%w: fsid record vanished", ErrConflict)
 		}
@@ -359,27 +367,38 @@ func (ns *NS) leaseSeconds() int64 {
 	return s
 }
 
-// register grants a lease and creates nodes/<node> under it if absent.
-func (ns *NS) register(ctx context.Context) (clientv3.LeaseID, error) {
-	g, err := ns.cli.Grant(ctx, ns.leaseSeconds())
+// register grants a lease and creates nodes/<node> under it if absent;
+// ErrDuplicateNode when present, with the lease it is under.
+func (ns *NS) register(ctx context.Context) (clientv3.LeaseID, clientv3.LeaseID, error) {
+	var g *clientv3.LeaseGrantResponse
+	err := ns.retry(ctx, func() error {
+		var err error
+		g, err = ns.cli.Grant(ctx, ns.leaseSeconds())
+		return ns.wrap("granting the node lease", err)
+	})
 	if err != nil {
-		return 0, ns.wrap("granting the node lease", err)
+		return 0, 0, err
 	}
 	k := ns.key("nodes/" + string(ns.cfg.Node))
-	resp, err := ns.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, mustJSON(ns.self), clientv3.WithLease(g.ID))).
-		Else(clientv3.OpGet(k)).Commit()
+	resp, ambiguous, err := ns.txn(ctx, "registering the node",
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(k, mustJSON(ns.self), clientv3.WithLease(g.ID))},
+		[]clientv3.Op{clientv3.OpGet(k)})
 	if err != nil {
 		ns.revokeQuietly(g.ID)
-		return 0, ns.wrap("registering the node", err)
+		return 0, 0, err
 	}
 	if resp.Succeeded {
-		return g.ID, nil
+		return g.ID, 0, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); ambiguous && len(kvs) > 0 && clientv3.LeaseID(kvs[0].Lease) == g.ID {
+		return g.ID, 0, nil // an attempt that seemed to fail did register
 	}
 	ns.revokeQuietly(g.ID)
 	msg := fmt.Sprintf("%v: --node-id %s", ErrDuplicateNode, ns.cfg.Node)
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+	var holder clientv3.LeaseID
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		holder = clientv3.LeaseID(kvs[0].Lease)
 		var other NodeInfo
 		if decode(k, kvs[0].Value, &other) == nil {
 			msg += fmt.Sprintf(" is registered by pid %d (peer %s, since %s)", other.PID, other.Peer, time.Unix(0, other.Started).UTC().Format(time.RFC3339))
@@ -388,7 +407,7 @@ func (ns *NS) register(ctx context.Context) (clientv3.LeaseID, error) {
 			msg += fmt.Sprintf("; if that daemon is dead, its lease expires in %d s", ttl.TTL)
 		}
 	}
-	return 0, fmt.Errorf("%w%s", ErrDuplicateNode, strings.TrimPrefix(msg, ErrDuplicateNode.Error()))
+	return 0, holder, fmt.Errorf("%w%s", ErrDuplicateNode, strings.TrimPrefix(msg, ErrDuplicateNode.Error()))
 }
 
 func (ns *NS) revokeQuietly(id clientv3.LeaseID) {
@@ -397,18 +416,18 @@ func (ns *NS) revokeQuietly(id clientv3.LeaseID) {
 	ns.cli.Revoke(ctx, id)
 }
 
-// keepAlive keeps the node lease alive. When the lease is lost (etcd
-// unreachable for longer than its TTL), this node's records are gone: it
-// registers again under a new lease and rewrites its holder records; the
-// writer locks it held are lost (their commits fail with ErrWriterLost).
+// keepAlive keeps the node lease alive. When the client loses it (etcd
+// unreachable for longer than its TTL) the node's lease-bound records may
+// be gone: as soon as etcd answers it keeps the old lease if etcd still
+// has it (a restarted cluster extends its leases), else registers again
+// under a new lease and rewrites its holder records; the writer locks of
+// the old lease are lost then (their commits fail with ErrWriterLost).
 func (ns *NS) keepAlive(lease clientv3.LeaseID) {
 	defer ns.wg.Done()
-	backoff := 100 * time.Millisecond
 	for {
 		ch, err := ns.cli.KeepAlive(ns.ctx, lease)
 		if err == nil {
 			for range ch {
-				backoff = 100 * time.Millisecond
 			}
 		}
 		if ns.ctx.Err() != nil {
@@ -418,42 +437,65 @@ func (ns *NS) keepAlive(lease clientv3.LeaseID) {
 		ns.mu.Lock()
 		if ns.lease == lease {
 			ns.lease = 0
-			ns.leaseErr = fmt.Errorf("%w: node lease lost", ErrUnavailable)
+			ns.leaseErr = fmt.Errorf("%w: the node lease expired: no member of %s kept it alive", ErrUnavailable, strings.Join(ns.cfg.Endpoints, ","))
 		}
-		ns.writers = map[FileID]clientv3.LeaseID{}
 		ns.mu.Unlock()
-		for {
-			select {
-			case <-ns.ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			if backoff < 2*time.Second {
-				backoff *= 2
-			}
-			ctx, cancel := context.WithTimeout(ns.ctx, ns.cfg.OpTimeout)
-			l, err := ns.register(ctx)
-			cancel()
-			if errors.Is(err, ErrDuplicateNode) {
-				ns.log.Error("node id taken while this node's lease was lost; the node stays unregistered", zap.Error(err))
-				ns.mu.Lock()
-				ns.leaseErr = err
-				ns.mu.Unlock()
-				return
-			}
-			if err != nil {
-				continue
-			}
-			lease = l
+		l, err := ns.reregister(lease)
+		if err != nil {
 			ns.mu.Lock()
-			ns.lease, ns.leaseErr = l, nil
+			if ns.leaseErr == nil || !errors.Is(ns.leaseErr, ErrClosed) {
+				ns.leaseErr = err
+			}
+			ns.mu.Unlock()
+			if ns.ctx.Err() == nil {
+				ns.log.Error("node id taken while this node's lease was lost; the node stays unregistered", zap.Error(err))
+			}
+			return
+		}
+		ns.mu.Lock()
+		ns.lease, ns.leaseErr = l, nil
+		if l != lease {
+			// ns.writers keeps the locks of the old lease: their commits
+			// fail with ErrWriterLost until released.
 			for fv := range ns.holdings {
 				ns.dirty[fv] = true
 			}
-			ns.mu.Unlock()
-			ns.kickFlush()
-			break
 		}
+		ns.mu.Unlock()
+		ns.kickFlush()
+		lease = l
+	}
+}
+
+// reregister gets a lease back after old was lost: old itself while etcd
+// still has it, else a new one with the node registered under it. It
+// gives up only when the NS closes (ErrClosed) or another process
+// registered this node id meanwhile (ErrDuplicateNode).
+func (ns *NS) reregister(old clientv3.LeaseID) (clientv3.LeaseID, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ns.ctx.Done():
+			return 0, ErrClosed
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		ctx, cancel := context.WithTimeout(ns.ctx, ns.cfg.OpTimeout)
+		r, err := ns.cli.KeepAliveOnce(ctx, old)
+		if err == nil && r.TTL > 0 {
+			cancel()
+			return old, nil
+		}
+		l, holder, err := ns.register(ctx)
+		cancel()
+		if err == nil {
+			return l, nil
+		}
+		if errors.Is(err, ErrDuplicateNode) && holder != old {
+			return 0, err
+		}
+		// Unreachable, or the record is still under the old lease,
+		// which is expiring: try again.
 	}
 }
 
@@ -483,9 +525,9 @@ func (ns *NS) Lease() int64 {
 func (ns *NS) followNodes(ctx context.Context) error {
 	prefix := ns.key("nodes/")
 	list := func(ctx context.Context) (int64, error) {
-		resp, err := ns.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		resp, err := ns.get(ctx, "listing nodes", prefix, clientv3.WithPrefix())
 		if err != nil {
-			return 0, ns.wrap("listing nodes", err)
+			return 0, err
 		}
 		nodes := map[NodeID]NodeInfo{}
 		for _, kv := range resp.Kvs {
@@ -619,4 +661,50 @@ func (ns *NS) nodesChanged() {
 	for _, fn := range fns {
 		fn(nodes)
 	}
+}
+
+// retry runs fn again while it fails with ErrUnavailable (a member lost, a
+// leader being elected, every member down) until ctx ends; the last error
+// is returned.
+func (ns *NS) retry(ctx context.Context, fn func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// get is a read, retried while etcd is unavailable.
+func (ns *NS) get(ctx context.Context, op, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	var resp *clientv3.GetResponse
+	err := ns.retry(ctx, func() error {
+		var err error
+		resp, err = ns.cli.Get(ctx, key, opts...)
+		return ns.wrap(op, err)
+	})
+	return resp, err
+}
+
+// txn runs one transaction, retried while etcd is unavailable. ambiguous
+// reports that an attempt failed after it may have been applied: then a
+// compare that fails may fail because of that attempt, and the caller
+// checks (with its Else reads) whether its own write is there.
+func (ns *NS) txn(ctx context.Context, op string, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
+	err = ns.retry(ctx, func() error {
+		var err error
+		resp, err = ns.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+		if err != nil {
+			ambiguous = true
+		}
+		return ns.wrap(op, err)
+	})
+	return resp, ambiguous, err
 }

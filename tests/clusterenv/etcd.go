@@ -351,6 +351,19 @@ func (e *Etcd) Restart(i int) {
 	}
 }
 
+// StartMember starts member i again (after Kill) without waiting for it to
+// be healthy: after all members were killed, none is healthy before a
+// quorum is back (then WaitHealthy).
+func (e *Etcd) StartMember(i int) {
+	e.t.Helper()
+	if e.Pid(i) != 0 {
+		e.t.Fatalf("clusterenv: StartMember(%d): member is running", i)
+	}
+	if err := e.spawn(i); err != nil {
+		e.t.Fatalf("clusterenv: %v", err)
+	}
+}
+
 // KillAll kills every member (by pid), as at cleanup.
 func (e *Etcd) KillAll() { e.killAll() }
 
