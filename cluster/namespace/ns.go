@@ -228,23 +228,21 @@ func probe(eps []string, tlsCfg *tls.Config, timeout time.Duration) error {
 			continue
 		}
 		d := &net.Dialer{Timeout: timeout}
+		c, err := d.Dial("tcp", u.Host)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("etcd endpoint %s: %v", e, err))
+			continue
+		}
 		if u.Scheme == "https" {
 			cfg := tlsCfg.Clone()
 			if cfg.ServerName == "" {
 				cfg.ServerName = u.Hostname()
 			}
-			c, err := tls.DialWithDialer(d, "tcp", u.Host, cfg)
-			if err != nil {
-				failures = append(failures, fmt.Sprintf("etcd endpoint %s: %v", e, err))
-				continue
+			tc := tls.Client(c, cfg)
+			c.SetDeadline(time.Now().Add(timeout))
+			if err := tc.Handshake(); err != nil {
+				failures = append(failures, fmt.Sprintf("etcd endpoint %s: TLS handshake: %v", e, err))
 			}
-			c.Close()
-			continue
-		}
-		c, err := d.Dial("tcp", u.Host)
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("etcd endpoint %s: %v", e, err))
-			continue
 		}
 		c.Close()
 	}
