@@ -31,8 +31,8 @@ func (ns *NS) File(ctx context.Context, id FileID) (FileRecord, int64, error) {
 }
 
 // Commit makes a new version of a file visible: the one transaction of the
-// design (DESIGN.md §Cluster), after its chunks and manifest are in the
-// object store. It succeeds only if files/<id> is still at the mod
+// design (the package doc's Transactions), after its chunks and manifest
+// are in the object store. It succeeds only if files/<id> is still at the mod
 // revision base the caller read (0: the file was never committed, and then
 // path must name nothing yet, and it is named in the same transaction);
 // rec.Version must be the read version + 1 (1 for a new file). This node

@@ -94,10 +94,12 @@ func (ns *NS) flusher() {
 		ctx, cancel := context.WithTimeout(ns.ctx, ns.cfg.OpTimeout)
 		err := ns.Flush(ctx)
 		cancel()
-		if err != nil && ns.ctx.Err() == nil {
-			ns.log.Warn("writing holder records", zap.Error(err))
-			time.AfterFunc(time.Second, ns.kickFlush)
+		if _, lerr := ns.currentLease(); err == nil || lerr != nil || ns.ctx.Err() != nil {
+			// Done, or no lease: registering again rewrites them all.
+			continue
 		}
+		ns.log.Warn("writing holder records", zap.Error(err))
+		time.AfterFunc(time.Second, ns.kickFlush)
 	}
 }
 

@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -106,6 +107,9 @@ func (ns *NS) List(ctx context.Context, dir string) ([]Entry, error) {
 	if len(out) == 0 && dir != "" {
 		return nil, fmt.Errorf("%w: directory %s", ErrNotFound, dir)
 	}
+	// Key order puts "d.x" before the directory "d" (whose keys go on
+	// with '/'); entries go by name.
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 

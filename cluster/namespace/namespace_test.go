@@ -274,7 +274,7 @@ func TestNames(t *testing.T) {
 	a := open(t, e.Endpoints(), "a")
 	ctx := context.Background()
 	ids := map[string]namespace.FileID{}
-	for _, p := range []string{"top", "d/x", "d/y", "d/sub/z", "d/sub/deeper/w", "d0", "e/f"} {
+	for _, p := range []string{"top", "d/x", "d/y", "d/sub/z", "d/sub/deeper/w", "d0", "d.x", "e/f"} {
 		ids[p] = namespace.NewFileID()
 		if _, err := a.Commit(ctx, p, ids[p], 0, rec(1, 1), namespace.Chunks{}); err != nil {
 			t.Fatalf("commit %s: %v", p, err)
@@ -299,7 +299,7 @@ func TestNames(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	if got := list(""); got != "d/ d0 e/ top" {
+	if got := list(""); got != "d/ d.x d0 e/ top" {
 		t.Fatalf("root: %q", got)
 	}
 	if got := list("d"); got != "sub/ x y" {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -73,6 +74,7 @@ type NS struct {
 	self      NodeInfo
 
 	ctx    context.Context // canceled by Close
+	closed atomic.Bool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -255,6 +257,9 @@ func probe(eps []string, tlsCfg *tls.Config, timeout time.Duration) error {
 // Close revokes the node lease (so this node's node, holder and writer
 // records vanish at once), stops the watches and disconnects.
 func (ns *NS) Close() error {
+	if ns.closed.Swap(true) {
+		return nil
+	}
 	ns.cancel()
 	ns.wg.Wait()
 	ns.mu.Lock()
