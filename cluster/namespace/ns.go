@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -242,7 +243,21 @@ func probe(eps []string, tlsCfg *tls.Config, timeout time.Duration) error {
 			}
 			tc := tls.Client(c, cfg)
 			c.SetDeadline(time.Now().Add(timeout))
-			if err := tc.Handshake(); err != nil {
+			err := tc.Handshake()
+			if err == nil {
+				// Under TLS 1.3 a server refuses a client certificate
+				// after the client's handshake is done: its alert is
+				// the next thing to read.
+				tc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				var b [1]byte
+				if _, rerr := tc.Read(b[:]); rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+					err = rerr
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w (does it serve plain HTTP?)", err)
+			}
+			if err != nil {
 				failures = append(failures, fmt.Sprintf("etcd endpoint %s: TLS handshake: %v", e, err))
 			}
 		}

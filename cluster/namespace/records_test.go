@@ -100,3 +100,38 @@ func TestOpenBadConfig(t *testing.T) {
 	}
 	ns.Close()
 }
+
+// TestTLS: https endpoints with a client certificate; a client without
+// one, or not trusting the server's CA, gets a one-line error.
+func TestTLS(t *testing.T) {
+	certs := clusterenv.NewTestCerts(t)
+	e := clusterenv.StartEtcdTLS(t, 1, certs)
+	ctx := context.Background()
+	c := cfg(e.Endpoints(), "a")
+	c.TLS = certs.ClientTLS()
+	ns, err := namespace.Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	id := namespace.NewFileID()
+	if _, err := ns.Commit(ctx, "f", id, 0, rec(1, 1), namespace.NewChunks(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ns.Lookup(ctx, "f"); err != nil || got != id {
+		t.Fatalf("Lookup over TLS: %s %v", got, err)
+	}
+	noCert := certs.ClientTLS()
+	noCert.Certificates = nil
+	untrusting := certs.ClientTLS()
+	untrusting.RootCAs = nil
+	for name, tc := range map[string]*tls.Config{"no client certificate": noCert, "unknown CA": untrusting} {
+		c := cfg(e.Endpoints(), "b")
+		c.TLS, c.DialTimeout = tc, time.Second
+		_, err := namespace.Open(ctx, c)
+		if !errors.Is(err, namespace.ErrUnavailable) || !strings.Contains(err.Error(), "TLS handshake") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want a one-line ErrUnavailable about the TLS handshake", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}

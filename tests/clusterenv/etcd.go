@@ -34,6 +34,7 @@ const startWait = 60 * time.Second
 type Etcd struct {
 	t       testing.TB
 	bin     string
+	certs   *TestCerts // clients speak TLS with a client certificate; nil: plain HTTP
 	token   string
 	initial string // --initial-cluster
 	members []*member
@@ -87,6 +88,19 @@ func needBinary(t testing.TB, what, hint string) {
 // members are killed (SIGKILL, by pid) at t.Cleanup.
 func StartEtcd(t testing.TB, members int) *Etcd {
 	t.Helper()
+	return startEtcdWith(t, members, nil)
+}
+
+// StartEtcdTLS is StartEtcd with https client URLs that require a client
+// certificate signed by certs' CA (the members talk to each other in plain
+// HTTP).
+func StartEtcdTLS(t testing.TB, members int, certs *TestCerts) *Etcd {
+	t.Helper()
+	return startEtcdWith(t, members, certs)
+}
+
+func startEtcdWith(t testing.TB, members int, certs *TestCerts) *Etcd {
+	t.Helper()
 	if members < 1 {
 		t.Fatalf("clusterenv: StartEtcd(%d): need at least one member", members)
 	}
@@ -101,7 +115,7 @@ func StartEtcd(t testing.TB, members int) *Etcd {
 	// it; then the whole cluster is started again on new ports.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		e, err := startEtcd(t, bin, members)
+		e, err := startEtcd(t, bin, members, certs)
 		if err == nil {
 			return e
 		}
@@ -116,19 +130,23 @@ func StartEtcd(t testing.TB, members int) *Etcd {
 
 var errPortTaken = errors.New("a chosen port was taken")
 
-func startEtcd(t testing.TB, bin string, n int) (*Etcd, error) {
+func startEtcd(t testing.TB, bin string, n int, certs *TestCerts) (*Etcd, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{t: t, bin: bin, token: fmt.Sprintf("dnnfs-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+	}
+	e := &Etcd{t: t, bin: bin, certs: certs, token: fmt.Sprintf("dnnfs-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
 	root := t.TempDir()
 	var initial []string
 	for i := 0; i < n; i++ {
 		m := &member{
 			name:   fmt.Sprintf("m%d", i),
 			dir:    filepath.Join(root, fmt.Sprintf("m%d", i)),
-			client: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			client: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 		}
 		e.members = append(e.members, m)
@@ -189,7 +207,7 @@ func (e *Etcd) spawn(i int) error {
 	if m.started > 1 {
 		state = "existing"
 	}
-	cmd := exec.Command(e.bin,
+	args := []string{
 		"--name", m.name,
 		"--data-dir", m.dir,
 		"--listen-client-urls", m.client,
@@ -206,7 +224,12 @@ func (e *Etcd) spawn(i int) error {
 		// Test data: fsync buys nothing and costs much on a shared disk.
 		"--unsafe-no-fsync",
 		"--log-level", "warn",
-	)
+	}
+	if e.certs != nil {
+		args = append(args, "--cert-file", e.certs.ServerCert, "--key-file", e.certs.ServerKey,
+			"--trusted-ca-file", e.certs.CA, "--client-cert-auth")
+	}
+	cmd := exec.Command(e.bin, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// The member dies with the test process even when the test binary is
@@ -231,7 +254,7 @@ func (e *Etcd) waitHealthy(i int) error {
 	m.mu.Lock()
 	exited := m.exited
 	m.mu.Unlock()
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := e.httpClient()
 	deadline := time.Now().Add(startWait)
 	for {
 		select {
@@ -243,7 +266,7 @@ func (e *Etcd) waitHealthy(i int) error {
 			return fmt.Errorf("etcd member %s exited at start:\n%s", m.name, log)
 		default:
 		}
-		if healthy(hc, m.client) {
+		if e.healthy(hc, m.client) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -253,7 +276,15 @@ func (e *Etcd) waitHealthy(i int) error {
 	}
 }
 
-func healthy(hc *http.Client, client string) bool {
+func (e *Etcd) httpClient() *http.Client {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	if e.certs != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: e.certs.ClientTLS(), DisableKeepAlives: true}
+	}
+	return hc
+}
+
+func (e *Etcd) healthy(hc *http.Client, client string) bool {
 	resp, err := hc.Get(client + "/health")
 	if err != nil {
 		return false
@@ -386,7 +417,7 @@ func (e *Etcd) WaitHealthy(i int) {
 
 // Health reports whether member i answers /health with "true" right now.
 func (e *Etcd) Health(i int) bool {
-	return healthy(&http.Client{Timeout: 2 * time.Second}, e.members[i].client)
+	return e.healthy(e.httpClient(), e.members[i].client)
 }
 
 // String names the cluster for logs.
