@@ -15,14 +15,14 @@
 // vanish when the node closes (the lease is revoked) or dies (it expires
 // after Config.LeaseTTL).
 //
-//	| key                            | lease      | value                                        |
-//	|--------------------------------|------------|----------------------------------------------|
-//	| <prefix>/fsid                  | no         | {"fsid":"<32 hex>","chunk_size":N}           |
-//	| <prefix>/nodes/<node>          | node lease | {"peer":"https://…:7600","started":ns,"pid":N} |
-//	| <prefix>/names/<path>          | no         | {"id":"<FileID>"}                            |
-//	| <prefix>/files/<id>            | no         | FileRecord (below)                           |
-//	| <prefix>/holders/<id>/<ver>/<node> | node lease | {"chunks":"0-3,7"}                      |
-//	| <prefix>/writers/<id>          | node lease | {"node":"<node>","since":ns}                 |
+//	| key                                | lease      | value                                          |
+//	|------------------------------------|------------|------------------------------------------------|
+//	| <prefix>/fsid                      | no         | {"fsid":"<32 hex>","chunk_size":N}             |
+//	| <prefix>/nodes/<node>              | node lease | {"peer":"https://…:7600","started":ns,"pid":N} |
+//	| <prefix>/names/<path>              | no         | {"id":"<FileID>"}                              |
+//	| <prefix>/files/<id>                | no         | FileRecord (below)                             |
+//	| <prefix>/holders/<id>/<ver>/<node> | node lease | {"chunks":"0-3,7"}                             |
+//	| <prefix>/writers/<id>              | node lease | {"node":"<node>","since":ns}                   |
 //
 // <path> is relative to the mount root, '/'-separated, without a leading
 // '/' (CleanPath). Directories are implied by the names below them: there
@@ -32,37 +32,38 @@
 //
 // # Values
 //
-//	| record  | field      | type   | meaning                                              |
-//	|---------|------------|--------|------------------------------------------------------|
+//	| record  | field      | type   | meaning                                                    |
+//	|---------|------------|--------|------------------------------------------------------------|
 //	| fsid    | fsid       | string | the cluster's id, 32 lowercase hex (S3 keys start with it) |
-//	| fsid    | chunk_size | int    | bytes per chunk of new files, fixed at creation      |
-//	| nodes   | peer       | string | URL of the node's chunk server                       |
-//	| nodes   | started    | int    | unix ns when the node registered                     |
-//	| nodes   | pid        | int    | the daemon's process id (for the duplicate-node error) |
-//	| names   | id         | string | FileID: 32 lowercase hex, random, kept by renames    |
-//	| files   | version    | int    | committed version, 1 up, +1 per commit               |
-//	| files   | size       | int    | bytes                                                |
-//	| files   | chunk_size | int    | bytes per chunk of this file                         |
-//	| files   | manifest   | string | S3 key of this version's manifest                    |
-//	| files   | mode       | int    | permission and type bits                             |
-//	| files   | mtime      | int    | unix ns                                              |
-//	| files   | uid, gid   | int    | owner                                                |
-//	| holders | chunks     | string | chunk indexes held, as sorted ranges "0-3,7" (Chunks)|
-//	| writers | node       | string | the node holding the file's writer lock              |
-//	| writers | since      | int    | unix ns when it took it                              |
+//	| fsid    | chunk_size | int    | bytes per chunk of new files, fixed at creation            |
+//	| nodes   | peer       | string | URL of the node's chunk server                             |
+//	| nodes   | started    | int    | unix ns when the node registered                           |
+//	| nodes   | pid        | int    | the daemon's process id (for the duplicate-node error)     |
+//	| names   | id         | string | FileID: 32 lowercase hex, random, kept by renames          |
+//	| files   | version    | int    | committed version, 1 up, +1 per commit                     |
+//	| files   | size       | int    | bytes                                                      |
+//	| files   | chunk_size | int    | bytes per chunk of this file                               |
+//	| files   | manifest   | string | S3 key of this version's manifest                          |
+//	| files   | mode       | int    | permission and type bits                                   |
+//	| files   | mtime      | int    | unix ns                                                    |
+//	| files   | uid, gid   | int    | owner                                                      |
+//	| holders | chunks     | string | chunk indexes held, as sorted ranges "0-3,7" (Chunks)      |
+//	| writers | node       | string | the node holding the file's writer lock                    |
+//	| writers | since      | int    | unix ns when it took it                                    |
 //
 // # Transactions
 //
 // Each change is one etcd transaction, so no other node ever sees half of
 // it:
 //
-//	| call        | if                                          | then                                   |
-//	|-------------|---------------------------------------------|----------------------------------------|
-//	| Open        | nodes/<node> absent                         | put nodes/<node> (lease)               |
-//	| Commit      | files/<id> mod rev = base; if base = 0, names/<path> absent and placeable; writers/<id> still ours if held | put files/<id>; names/<path> if base = 0; holders/<id>/<ver>/<self> (lease) |
-//	| Rename      | names/<old>, names/<new> unchanged; <new> placeable | delete names/<old>, put names/<new>, delete the replaced file's record |
-//	| Remove      | names/<path> unchanged                      | delete names/<path>, files/<id>        |
-//	| AcquireWriter | writers/<id> absent                       | put writers/<id> (lease)               |
+//	| call          | if                                                                                                             | then                                                                              |
+//	|---------------|----------------------------------------------------------------------------------------------------------------|-----------------------------------------------------------------------------------|
+//	| Open          | nodes/<node> absent                                                                                            | put nodes/<node> (lease)                                                          |
+//	| Commit        | files/<id> mod rev = base; base = 0: names/<path> absent and placeable; writers/<id> ours if held, else absent | put files/<id>; base = 0: put names/<path>; put holders/<id>/<ver>/<self> (lease) |
+//	| Rename        | names/<old>, names/<new> unchanged; <new> placeable                                                            | delete names/<old>, put names/<new>, delete the replaced file's record            |
+//	| Remove        | names/<path> unchanged                                                                                         | delete names/<path>, files/<id>                                                   |
+//	| AcquireWriter | writers/<id> absent                                                                                            | put writers/<id> (lease)                                                          |
+//	| Release       | writers/<id> under the lock's lease                                                                            | delete writers/<id>                                                               |
 //
 // "Placeable": no name below the path (it is not a directory) and no file
 // at a parent (ErrIsDir, ErrNotDir).
@@ -75,6 +76,13 @@
 // none hangs), ErrDuplicateNode, ErrNotFound, ErrExists, ErrIsDir,
 // ErrNotDir, ErrConflict (a transaction raced with another node's: nothing
 // of it is visible), ErrWriterBusy, ErrWriterLost, ErrClosed.
+//
+// A call whose etcd member is lost, or that meets a leader election, is
+// tried again (on another member) until its deadline. A write whose
+// attempt failed after it may have been applied is checked on the next
+// attempt by its Else reads (the record is ours byte for byte, the name
+// moved, the lock under our lease), so a retried Commit does not report
+// its own earlier success as ErrConflict.
 //
 // When the node lease is lost (etcd unreachable for longer than its TTL)
 // the node's lease-bound records are gone; the NS registers again under a

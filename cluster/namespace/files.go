@@ -67,8 +67,9 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 	defer cancel()
 	fk, nk := ns.fileKey(id), ns.nameKey(path)
 	fv := FileVersion{File: id, Ver: rec.Version}
+	val := mustJSON(rec)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fk), "=", base)}
-	ops := []clientv3.Op{clientv3.OpPut(fk, mustJSON(rec))}
+	ops := []clientv3.Op{clientv3.OpPut(fk, val)}
 	if base == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(nk), "=", 0))
 		cmps = append(cmps, ns.placeCmps(path)...)
@@ -94,8 +95,6 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 	if held.Len() > 0 {
 		ops = append(ops, clientv3.OpPut(ns.holderKey(fv, ns.cfg.Node), mustJSON(holderRecord{Chunks: held.String()}), clientv3.WithLease(lease)))
 	}
-	val := mustJSON(rec)
-	ops[0] = clientv3.OpPut(fk, val)
 	resp, ambiguous, err := ns.txn(ctx, "commit "+path, cmps, ops, []clientv3.Op{
 		clientv3.OpGet(fk), clientv3.OpGet(nk), clientv3.OpGet(ns.writerKey(id)),
 	})

@@ -524,8 +524,14 @@ func TestMemberLoss(t *testing.T) {
 // reach, and once the members are back the node registers again.
 func TestAllMembersDown(t *testing.T) {
 	e := clusterenv.StartEtcd(t, 3)
-	a := open(t, e.Endpoints(), "a")
 	ctx := context.Background()
+	ca := cfg(e.Endpoints(), "a")
+	ca.OpTimeout = time.Second
+	a, err := namespace.Open(ctx, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
 	id := namespace.NewFileID()
 	if _, err := a.Commit(ctx, "f", id, 0, rec(1, 1), namespace.NewChunks(0)); err != nil {
 		t.Fatal(err)
@@ -539,7 +545,7 @@ func TestAllMembersDown(t *testing.T) {
 		t.Fatalf("Lookup: %v", err)
 	}
 	// No deadline of the caller's: OpTimeout bounds it.
-	_, err := a.Commit(ctx, "f", id, 1, rec(2, 1), namespace.Chunks{})
+	_, err = a.Commit(ctx, "f", id, 1, rec(2, 1), namespace.Chunks{})
 	if !errors.Is(err, namespace.ErrUnavailable) || !strings.Contains(err.Error(), e.Endpoint(0)) {
 		t.Fatalf("Commit: %v, want ErrUnavailable naming the endpoints", err)
 	}
@@ -547,7 +553,9 @@ func TestAllMembersDown(t *testing.T) {
 	if _, err := a.AcquireWriter(c, id); !errors.Is(err, namespace.ErrUnavailable) {
 		t.Fatalf("AcquireWriter: %v", err)
 	}
-	_, err = namespace.Open(ctx, cfg(e.Endpoints()[:1], "b"))
+	cb := cfg(e.Endpoints()[:1], "b")
+	cb.DialTimeout = time.Second
+	_, err = namespace.Open(ctx, cb)
 	if !errors.Is(err, namespace.ErrUnavailable) || !strings.Contains(err.Error(), e.Endpoint(0)) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Open: %v, want ErrUnavailable naming the refused endpoint", err)
 	}
