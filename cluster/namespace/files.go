@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -153,8 +154,9 @@ type FileEvent struct {
 	Deleted bool       // removed (unlinked, or replaced by a rename)
 	Rev     int64      // the record's mod revision (the event's revision)
 	// Resync: the watch lost its history (etcd compacted it) and
-	// restarted from a listing; events that follow repeat every record,
-	// and removals in the gap are not reported: drop cached state.
+	// restarted from a listing: one event with Resync and no ID comes
+	// first (drop cached state: removals in the gap are not reported),
+	// then one with Resync for every record listed.
 	Resync bool
 }
 
@@ -165,40 +167,81 @@ type FileEvent struct {
 // was, on another member.
 func (ns *NS) WatchFiles(ctx context.Context, fn func(FileEvent)) error {
 	prefix := ns.key("files/")
+	return ns.watch(ctx, prefix, func(kv *mvccpb.KeyValue, deleted, resync bool) {
+		fe := FileEvent{ID: FileID(strings.TrimPrefix(string(kv.Key), prefix)), Rev: kv.ModRevision, Deleted: deleted, Resync: resync}
+		if resync && kv.Key == nil {
+			fn(fe)
+			return
+		}
+		if !deleted {
+			rec, err := decodeFile(string(kv.Key), kv.Value)
+			if err != nil {
+				ns.log.Warn("skipping a file record", zap.Error(err))
+				return
+			}
+			fe.Record = rec
+		}
+		fn(fe)
+	})
+}
+
+// NameEvent is a change of a name seen by WatchNames.
+type NameEvent struct {
+	Path    string
+	ID      FileID // zero when Deleted
+	Deleted bool   // unlinked or renamed away
+	Rev     int64
+	// Resync: as FileEvent's.
+	Resync bool
+}
+
+// WatchNames calls fn for every name created, replaced or deleted from now
+// on (a rename is a delete and a create in one revision), as WatchFiles:
+// for invalidating other nodes' directory caches.
+func (ns *NS) WatchNames(ctx context.Context, fn func(NameEvent)) error {
+	prefix := ns.key("names/")
+	return ns.watch(ctx, prefix, func(kv *mvccpb.KeyValue, deleted, resync bool) {
+		ne := NameEvent{Path: strings.TrimPrefix(string(kv.Key), prefix), Rev: kv.ModRevision, Deleted: deleted, Resync: resync}
+		if resync && kv.Key == nil {
+			fn(ne)
+			return
+		}
+		if !deleted {
+			id, err := decodeName(string(kv.Key), kv.Value)
+			if err != nil {
+				ns.log.Warn("skipping a name", zap.Error(err))
+				return
+			}
+			ne.ID = id
+		}
+		fn(ne)
+	})
+}
+
+// watch follows prefix from the current revision on, calling fn for each
+// change; after a compaction it calls fn once with resync and a nil key,
+// then with resync for every key listed again. It returns once the watch
+// is in place.
+func (ns *NS) watch(ctx context.Context, prefix string, fn func(kv *mvccpb.KeyValue, deleted, resync bool)) error {
 	octx, cancel := ns.opCtx(ctx)
-	resp, err := ns.get(octx, "watching files", ns.key("fsid"), clientv3.WithCountOnly())
+	resp, err := ns.get(octx, "watching "+prefix, ns.key("fsid"), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		return err
 	}
-	rev := resp.Header.Revision
 	apply := func(evs []*clientv3.Event) {
 		for _, ev := range evs {
-			k := string(ev.Kv.Key)
-			fe := FileEvent{ID: FileID(strings.TrimPrefix(k, prefix)), Rev: ev.Kv.ModRevision}
-			if ev.Type == clientv3.EventTypeDelete {
-				fe.Deleted = true
-			} else {
-				rec, err := decodeFile(k, ev.Kv.Value)
-				if err != nil {
-					ns.log.Warn("skipping a file record", zap.Error(err))
-					continue
-				}
-				fe.Record = rec
-			}
-			fn(fe)
+			fn(ev.Kv, ev.Type == clientv3.EventTypeDelete, false)
 		}
 	}
 	relist := func(ctx context.Context) (int64, error) {
-		resp, err := ns.get(ctx, "listing files", prefix, clientv3.WithPrefix())
+		resp, err := ns.get(ctx, "listing "+prefix, prefix, clientv3.WithPrefix())
 		if err != nil {
 			return 0, err
 		}
-		fn(FileEvent{Resync: true, Rev: resp.Header.Revision})
+		fn(&mvccpb.KeyValue{ModRevision: resp.Header.Revision}, false, true)
 		for _, kv := range resp.Kvs {
-			if rec, err := decodeFile(string(kv.Key), kv.Value); err == nil {
-				fn(FileEvent{ID: FileID(strings.TrimPrefix(string(kv.Key), prefix)), Record: rec, Rev: kv.ModRevision})
-			}
+			fn(kv, false, true)
 		}
 		return resp.Header.Revision, nil
 	}
@@ -216,7 +259,7 @@ func (ns *NS) WatchFiles(ctx context.Context, fn func(FileEvent)) error {
 	ns.wg.Add(1)
 	go func() {
 		defer ns.wg.Done()
-		ns.follow(wctx, prefix, rev, relist, apply)
+		ns.follow(wctx, prefix, resp.Header.Revision, relist, apply)
 	}()
 	return nil
 }

@@ -42,6 +42,20 @@ func (ns *NS) AddHolding(id FileID, ver Version, chunks ...ChunkIdx) {
 	ns.kickFlush()
 }
 
+// RemoveHolding records that these chunks of (id, ver) left this node's
+// pool; the record is deleted when none is left. Written as AddHolding's.
+func (ns *NS) RemoveHolding(id FileID, ver Version, chunks ...ChunkIdx) {
+	fv := FileVersion{File: id, Ver: ver}
+	ns.mu.Lock()
+	c, ok := ns.holdings[fv]
+	if ok && c.Remove(chunks...) {
+		ns.holdings[fv] = c
+		ns.dirty[fv] = true
+	}
+	ns.mu.Unlock()
+	ns.kickFlush()
+}
+
 // DropHolding removes this node's holder record of (id, ver) (its chunks
 // left the pool).
 func (ns *NS) DropHolding(ctx context.Context, id FileID, ver Version) error {
@@ -64,7 +78,9 @@ func (ns *NS) Held() map[FileVersion]Chunks {
 	defer ns.mu.Unlock()
 	out := make(map[FileVersion]Chunks, len(ns.holdings))
 	for fv, c := range ns.holdings {
-		out[fv] = c.Clone()
+		if c.Len() > 0 {
+			out[fv] = c.Clone()
+		}
 	}
 	return out
 }
@@ -115,7 +131,14 @@ func (ns *NS) Flush(ctx context.Context) error {
 	var ops []clientv3.Op
 	var fvs []FileVersion
 	for fv := range ns.dirty {
-		ops = append(ops, clientv3.OpPut(ns.holderKey(fv, ns.cfg.Node), mustJSON(holderRecord{Chunks: ns.holdings[fv].String()}), clientv3.WithLease(lease)))
+		c := ns.holdings[fv]
+		if c.Len() == 0 {
+			// Its last chunk left: the record goes (the empty set stays
+			// in holdings until then, so a failed write is retried).
+			ops = append(ops, clientv3.OpDelete(ns.holderKey(fv, ns.cfg.Node)))
+		} else {
+			ops = append(ops, clientv3.OpPut(ns.holderKey(fv, ns.cfg.Node), mustJSON(holderRecord{Chunks: c.String()}), clientv3.WithLease(lease)))
+		}
 		fvs = append(fvs, fv)
 	}
 	ns.dirty = map[FileVersion]bool{}
@@ -135,6 +158,13 @@ func (ns *NS) Flush(ctx context.Context) error {
 			return err
 		}
 	}
+	ns.mu.Lock()
+	for _, fv := range fvs {
+		if c, ok := ns.holdings[fv]; ok && c.Len() == 0 && !ns.dirty[fv] {
+			delete(ns.holdings, fv)
+		}
+	}
+	ns.mu.Unlock()
 	return nil
 }
 

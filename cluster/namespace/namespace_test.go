@@ -469,6 +469,22 @@ func TestDropSuperseded(t *testing.T) {
 	if hs, _ := a.HoldersOf(ctx, id, 2); len(hs) != 2 {
 		t.Fatalf("holders of the current version: %v, want a and b", hs)
 	}
+	// Chunks leaving the pool: the record shrinks, and goes with the last.
+	b.AddHolding(id, 2, 1, 2)
+	b.RemoveHolding(id, 2, 0, 2)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := a.HoldersOf(ctx, id, 2); hs["b"].String() != "1" {
+		t.Fatalf("b's record after removing chunks 0 and 2: %v", hs)
+	}
+	b.RemoveHolding(id, 2, 1)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := a.HoldersOf(ctx, id, 2); len(hs) != 1 || len(b.Held()) != 0 {
+		t.Fatalf("after b's last chunk left: records %v, b holds %v", hs, b.Held())
+	}
 }
 
 // TestMemberLoss runs three etcd members, kills the one listed first in

@@ -7,6 +7,10 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/cluster/namespace"
 	"github.com/dnnfs/dnnfs/tests/clusterenv"
@@ -133,5 +137,82 @@ func TestPartitionedNodeRejoins(t *testing.T) {
 	}
 	if err := wb.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWatchResync: a watcher cut off while etcd compacted the history it
+// missed gets a Resync and the current records, names included.
+func TestWatchResync(t *testing.T) {
+	e := clusterenv.StartEtcd(t, 1)
+	cut := newCutter(t, e.Endpoint(0)[len("http://"):])
+	a := open(t, e.Endpoints(), "a")
+	c := cfg([]string{cut.endpoint()}, "b")
+	c.LeaseTTL = 10 * time.Second // b stays registered while cut off
+	b, err := namespace.Open(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	files := make(chan namespace.FileEvent, 64)
+	names := make(chan namespace.NameEvent, 64)
+	if err := b.WatchFiles(ctx, func(ev namespace.FileEvent) { files <- ev }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WatchNames(ctx, func(ev namespace.NameEvent) { names <- ev }); err != nil {
+		t.Fatal(err)
+	}
+	id := namespace.NewFileID()
+	rev, err := a.Commit(ctx, "f", id, 0, rec(1, 1), namespace.Chunks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-files; ev.ID != id || ev.Record.Version != 1 {
+		t.Fatalf("file event %+v", ev)
+	}
+	if ev := <-names; ev.Path != "f" || ev.ID != id || ev.Deleted {
+		t.Fatalf("name event %+v", ev)
+	}
+	cut.setCut(true)
+	if _, err := a.Commit(ctx, "f", id, rev, rec(2, 1), namespace.Chunks{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Rename(ctx, "f", "g"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	st, err := raw.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	cut.setCut(false)
+	if ev := <-files; !ev.Resync || ev.ID != "" {
+		t.Fatalf("first file event after the compaction: %+v, want a bare Resync", ev)
+	}
+	if ev := <-files; !ev.Resync || ev.ID != id || ev.Record.Version != 2 {
+		t.Fatalf("file event after the compaction: %+v, want version 2 of %s", ev, id)
+	}
+	if ev := <-names; !ev.Resync || ev.Path != "" {
+		t.Fatalf("first name event after the compaction: %+v", ev)
+	}
+	if ev := <-names; !ev.Resync || ev.Path != "g" || ev.ID != id {
+		t.Fatalf("name event after the compaction: %+v, want g", ev)
+	}
+	// And on from there as usual.
+	if err := a.Remove(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-files; ev.Resync || ev.ID != id || !ev.Deleted {
+		t.Fatalf("file event after the resync: %+v", ev)
+	}
+	if ev := <-names; ev.Resync || ev.Path != "g" || !ev.Deleted {
+		t.Fatalf("name event after the resync: %+v", ev)
 	}
 }

@@ -160,6 +160,19 @@ func (c *Chunks) Add(idx ...ChunkIdx) bool {
 	return added
 }
 
+// Remove takes indexes out of the set and reports whether any was in it.
+func (c *Chunks) Remove(idx ...ChunkIdx) bool {
+	removed := false
+	for _, i := range idx {
+		k := sort.Search(len(c.s), func(j int) bool { return c.s[j] >= i })
+		if k < len(c.s) && c.s[k] == i {
+			c.s = append(c.s[:k], c.s[k+1:]...)
+			removed = true
+		}
+	}
+	return removed
+}
+
 // Union adds every index of o and reports whether any was new.
 func (c *Chunks) Union(o Chunks) bool { return c.Add(o.s...) }
 
