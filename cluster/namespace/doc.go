@@ -60,7 +60,8 @@
 //	|---------------|----------------------------------------------------------------------------------------------------------------|-----------------------------------------------------------------------------------|
 //	| Open          | nodes/<node> absent                                                                                            | put nodes/<node> (lease)                                                          |
 //	| Commit        | files/<id> mod rev = base; base = 0: names/<path> absent and placeable; writers/<id> ours if held, else absent | put files/<id>; base = 0: put names/<path>; put holders/<id>/<ver>/<self> (lease) |
-//	| Rename        | names/<old>, names/<new> unchanged; <new> placeable                                                            | delete names/<old>, put names/<new>, delete the replaced file's record            |
+//	| Rename (file) | names/<old>, names/<new> unchanged; <new> placeable                                                            | delete names/<old>, put names/<new>, delete the replaced file's record            |
+//	| Rename (dir)  | every names/<old>/… unchanged, none added; <new> absent and placeable                                          | move every names/<old>/… to names/<new>/… (≤ MaxTxnOps/2 files)                   |
 //	| Remove        | names/<path> unchanged                                                                                         | delete names/<path>, files/<id>                                                   |
 //	| AcquireWriter | writers/<id> absent                                                                                            | put writers/<id> (lease)                                                          |
 //	| Release       | writers/<id> under the lock's lease                                                                            | delete writers/<id>                                                               |
@@ -74,8 +75,9 @@
 // (etcd unreachable, no quorum or leader: the message names the
 // endpoints; every call is bounded by its context or Config.OpTimeout, so
 // none hangs), ErrDuplicateNode, ErrNotFound, ErrExists, ErrIsDir,
-// ErrNotDir, ErrConflict (a transaction raced with another node's: nothing
-// of it is visible), ErrWriterBusy, ErrWriterLost, ErrClosed.
+// ErrNotDir, ErrNotEmpty, ErrTooLarge, ErrConflict (a transaction raced
+// with another node's: nothing of it is visible), ErrWriterBusy,
+// ErrWriterLost, ErrClosed.
 //
 // A call whose etcd member is lost, or that meets a leader election, is
 // tried again (on another member) until its deadline. A write whose

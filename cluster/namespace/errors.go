@@ -26,6 +26,12 @@ var (
 	ErrIsDir = errors.New("is a directory")
 	// ErrNotDir: a parent directory of the path is a file.
 	ErrNotDir = errors.New("a parent is not a directory")
+	// ErrNotEmpty: a directory renamed onto a directory (which, implied
+	// by the names below it, is never empty).
+	ErrNotEmpty = errors.New("directory not empty")
+	// ErrTooLarge: a directory rename needs more operations than one etcd
+	// transaction may hold (Config.MaxTxnOps, etcd's --max-txn-ops).
+	ErrTooLarge = errors.New("too many names for one transaction")
 	// ErrConflict: a commit (or rename, remove) raced with another node's
 	// transaction on the same file or name: the record is no longer the
 	// one the caller read. Nothing of the call is visible.

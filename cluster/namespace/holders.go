@@ -17,9 +17,6 @@ import (
 // once per chunk.
 const flushDelay = 50 * time.Millisecond
 
-// maxTxnOps stays under etcd's default --max-txn-ops (128).
-const maxTxnOps = 100
-
 func (ns *NS) holderKey(fv FileVersion, node NodeID) string {
 	return ns.key("holders/" + string(fv.File) + "/" + strconv.FormatUint(uint64(fv.Ver), 10) + "/" + string(node))
 }
@@ -145,8 +142,8 @@ func (ns *NS) Flush(ctx context.Context) error {
 	ns.mu.Unlock()
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
-	for i := 0; i < len(ops); i += maxTxnOps {
-		j := min(i+maxTxnOps, len(ops))
+	for i := 0; i < len(ops); i += ns.cfg.MaxTxnOps {
+		j := min(i+ns.cfg.MaxTxnOps, len(ops))
 		if _, _, err := ns.txn(ctx, "writing holder records", nil, ops[i:j], nil); err != nil {
 			ns.mu.Lock()
 			for _, fv := range fvs[i:] {
@@ -224,8 +221,8 @@ func (ns *NS) Superseded(ctx context.Context, held []FileVersion) ([]FileVersion
 	ctx, cancel := ns.opCtx(ctx)
 	defer cancel()
 	var out []FileVersion
-	for i := 0; i < len(held); i += maxTxnOps {
-		batch := held[i:min(i+maxTxnOps, len(held))]
+	for i := 0; i < len(held); i += ns.cfg.MaxTxnOps {
+		batch := held[i:min(i+ns.cfg.MaxTxnOps, len(held))]
 		ops := make([]clientv3.Op, len(batch))
 		for j, fv := range batch {
 			if err := fv.File.Valid(); err != nil {

@@ -115,10 +115,15 @@ func (ns *NS) List(ctx context.Context, dir string) ([]Entry, error) {
 
 // Rename moves a file's name from oldPath to newPath in one transaction,
 // replacing a file at newPath (whose file record goes with it, as unlink
-// would). The file keeps its id. ErrNotFound when oldPath names no file,
-// ErrIsDir when either path is a directory (directories are implied by
-// their names and are not renamed here), ErrConflict when another node
-// changed either name meanwhile (nothing was changed: try again).
+// would). The file keeps its id. A directory moves with every name below
+// it, also in one transaction (the checkpoint pattern: write a temporary
+// directory, then rename it), if the transaction fits etcd's
+// --max-txn-ops (Config.MaxTxnOps: 2 per file), else ErrTooLarge. Errors:
+// ErrNotFound when oldPath names nothing, ErrIsDir for a file onto a
+// directory, ErrNotDir for a directory onto a file or under a file,
+// ErrNotEmpty for a directory onto a directory (in etcd a directory is
+// never empty), ErrConflict when another node changed a name involved
+// meanwhile (nothing was changed: try again).
 func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 	if err := CleanPath(oldPath); err != nil {
 		return err
@@ -147,7 +152,13 @@ func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 	oldKVs, newKVs := resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs()
 	if len(oldKVs) == 0 {
 		if resp.Responses[3].GetResponseRange().GetCount() > 0 {
-			return fmt.Errorf("%w: rename %s: a directory", ErrIsDir, oldPath)
+			switch {
+			case len(newKVs) > 0:
+				return fmt.Errorf("%w: rename directory %s onto file %s", ErrNotDir, oldPath, newPath)
+			case resp.Responses[2].GetResponseRange().GetCount() > 0:
+				return fmt.Errorf("%w: rename directory %s onto %s", ErrNotEmpty, oldPath, newPath)
+			}
+			return ns.renameDir(ctx, oldPath, newPath)
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, oldPath)
 	}
@@ -192,6 +203,54 @@ func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 		return fmt.Errorf("%w: rename %s to %s: a name changed meanwhile", ErrConflict, oldPath, newPath)
 	}
 	return nil
+}
+
+// renameDir moves every name below oldPath to below newPath in one
+// transaction (Rename checked that newPath names nothing).
+func (ns *NS) renameDir(ctx context.Context, oldPath, newPath string) error {
+	op, np := ns.nameKey(oldPath)+"/", ns.nameKey(newPath)+"/"
+	resp, err := ns.get(ctx, "rename "+oldPath, op, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	n := len(resp.Kvs)
+	if n == 0 {
+		return fmt.Errorf("%w: %s", ErrNotFound, oldPath)
+	}
+	if 2*n > ns.cfg.MaxTxnOps || n+3+strings.Count(newPath, "/") > ns.cfg.MaxTxnOps {
+		return fmt.Errorf("%w: rename %s: %d files, one transaction takes %d", ErrTooLarge, oldPath, n, ns.cfg.MaxTxnOps/2)
+	}
+	rev := resp.Header.Revision
+	cmps := []clientv3.Cmp{
+		// Nothing new below oldPath since rev (each key below is
+		// compared on its own, which sees a deletion too).
+		clientv3.Compare(clientv3.ModRevision(op), "<", rev+1).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(strings.TrimSuffix(np, "/")), "=", 0),
+	}
+	cmps = append(cmps, ns.placeCmps(newPath)...)
+	ops := make([]clientv3.Op, 0, 2*n)
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision))
+		ops = append(ops, clientv3.OpDelete(k), clientv3.OpPut(np+strings.TrimPrefix(k, op), string(kv.Value)))
+	}
+	tresp, ambiguous, err := ns.txn(ctx, "rename "+oldPath, cmps, ops, []clientv3.Op{
+		clientv3.OpGet(op, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(np, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	})
+	if err != nil {
+		return err
+	}
+	if tresp.Succeeded {
+		return nil
+	}
+	if ambiguous && tresp.Responses[0].GetResponseRange().GetCount() == 0 && tresp.Responses[1].GetResponseRange().GetCount() == int64(n) {
+		return nil // an attempt that seemed to fail did it
+	}
+	if err := ns.placeError(ctx, newPath); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: rename %s to %s: a name changed meanwhile", ErrConflict, oldPath, newPath)
 }
 
 // placeCmps are the conditions for a file name at path: no name below it

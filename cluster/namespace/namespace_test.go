@@ -291,7 +291,7 @@ func TestNames(t *testing.T) {
 			if e.Dir {
 				s = append(s, e.Name+"/")
 			} else {
-				if e.ID != ids[strings.TrimPrefix(dir+"/"+e.Name, "/")] {
+				if want, ok := ids[strings.TrimPrefix(dir+"/"+e.Name, "/")]; ok && e.ID != want {
 					t.Errorf("List %q: %s has id %s", dir, e.Name, e.ID)
 				}
 				s = append(s, e.Name)
@@ -333,8 +333,14 @@ func TestNames(t *testing.T) {
 	if _, _, err := a.File(ctx, ids["d/y"]); !errors.Is(err, namespace.ErrNotFound) {
 		t.Fatalf("replaced file's record: %v, want ErrNotFound", err)
 	}
-	if err := a.Rename(ctx, "d/sub", "q"); !errors.Is(err, namespace.ErrIsDir) {
+	if err := a.Rename(ctx, "d/sub", "q"); err != nil {
 		t.Fatalf("rename of a directory: %v", err)
+	}
+	if got := list("q"); got != "deeper/ z" {
+		t.Fatalf("q: %q", got)
+	}
+	if err := a.Rename(ctx, "q", "d/sub"); err != nil {
+		t.Fatalf("rename of a directory back: %v", err)
 	}
 	if err := a.Rename(ctx, "top", "d"); !errors.Is(err, namespace.ErrIsDir) {
 		t.Fatalf("rename onto a directory: %v", err)
@@ -368,6 +374,45 @@ func TestNames(t *testing.T) {
 	es, err := a.List(ctx, "wide")
 	if err != nil || len(es) != 600 || !es[300].Dir || es[300].Name != "f0300" || es[599].Name != "f0599" {
 		t.Fatalf("wide: %d entries (%v)", len(es), err)
+	}
+	if err := a.Rename(ctx, "wide", "wider"); !errors.Is(err, namespace.ErrTooLarge) {
+		t.Fatalf("rename of 600 files: %v, want ErrTooLarge", err)
+	}
+	// A directory of 64 files (128 operations, etcd's default limit)
+	// moves in one transaction, with its subdirectories.
+	for i := 0; i < 64; i++ {
+		p := fmt.Sprintf("ckpt.tmp/shard%02d", i)
+		if i%2 == 1 {
+			p = fmt.Sprintf("ckpt.tmp/opt/shard%02d", i)
+		}
+		ids[p] = namespace.NewFileID()
+		if _, err := a.Commit(ctx, p, ids[p], 0, rec(1, 1), namespace.Chunks{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Rename(ctx, "ckpt.tmp", "top"); !errors.Is(err, namespace.ErrNotDir) {
+		t.Fatalf("rename of a directory onto a file: %v, want ErrNotDir", err)
+	}
+	if err := a.Rename(ctx, "ckpt.tmp", "e"); !errors.Is(err, namespace.ErrNotEmpty) {
+		t.Fatalf("rename of a directory onto a directory: %v, want ErrNotEmpty", err)
+	}
+	if err := a.Rename(ctx, "ckpt.tmp", "top/x"); !errors.Is(err, namespace.ErrNotDir) {
+		t.Fatalf("rename of a directory under a file: %v, want ErrNotDir", err)
+	}
+	if err := a.Rename(ctx, "ckpt.tmp", "runs/ckpt"); err != nil {
+		t.Fatalf("rename of a 64-file directory: %v", err)
+	}
+	if _, err := a.List(ctx, "ckpt.tmp"); !errors.Is(err, namespace.ErrNotFound) {
+		t.Fatalf("the old directory after the rename: %v", err)
+	}
+	for i := 0; i < 64; i++ {
+		old, now := fmt.Sprintf("ckpt.tmp/shard%02d", i), fmt.Sprintf("runs/ckpt/shard%02d", i)
+		if i%2 == 1 {
+			old, now = fmt.Sprintf("ckpt.tmp/opt/shard%02d", i), fmt.Sprintf("runs/ckpt/opt/shard%02d", i)
+		}
+		if id := mustLookup(t, a, now); id != ids[old] {
+			t.Fatalf("%s has id %s, %s had %s", now, id, old, ids[old])
+		}
 	}
 }
 

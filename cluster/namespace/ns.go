@@ -32,6 +32,7 @@ const (
 	DefaultLeaseTTL    = 5 * time.Second
 	DefaultOpTimeout   = 5 * time.Second
 	DefaultChunkSize   = 16 << 20
+	DefaultMaxTxnOps   = 128
 )
 
 // Config says how to reach etcd and who this node is.
@@ -60,6 +61,10 @@ type Config struct {
 	// ChunkSize is the cluster's chunk size if this node creates the
 	// fsid record; an existing record's wins. DefaultChunkSize when zero.
 	ChunkSize int64
+	// MaxTxnOps is etcd's --max-txn-ops (DefaultMaxTxnOps, etcd's own
+	// default, when zero): a directory rename moves up to half as many
+	// files in its one transaction.
+	MaxTxnOps int
 	// Logger for lease loss and watch restarts; none when nil.
 	Logger *zap.Logger
 }
@@ -118,6 +123,9 @@ func Open(ctx context.Context, cfg Config) (*NS, error) {
 	}
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.MaxTxnOps <= 0 {
+		cfg.MaxTxnOps = DefaultMaxTxnOps
 	}
 	log := cfg.Logger
 	if log == nil {
