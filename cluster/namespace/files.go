@@ -161,7 +161,8 @@ type FileEvent struct {
 }
 
 // WatchFiles calls fn for every change of a file record from now on, in
-// revision order, one call at a time, until ctx is done or the NS closed;
+// revision order, one call at a time (fn must not block: Close waits for
+// it), until ctx is done or the NS closed;
 // it returns once the watch is in place, so every commit after it is
 // delivered. A watch broken by a lost member or leader resumes where it
 // was, on another member.
