@@ -314,6 +314,12 @@ func TestNames(t *testing.T) {
 	if _, err := a.List(ctx, "nope"); !errors.Is(err, namespace.ErrNotFound) {
 		t.Fatalf("List of a missing directory: %v", err)
 	}
+	if _, err := a.List(ctx, "top"); !errors.Is(err, namespace.ErrNotDir) {
+		t.Fatalf("List of a file: %v", err)
+	}
+	if err := a.Rename(ctx, "d", "d"); err != nil {
+		t.Fatalf("rename of a directory onto itself: %v", err)
+	}
 	if _, err := a.Lookup(ctx, "d/sub"); !errors.Is(err, namespace.ErrIsDir) {
 		t.Fatalf("Lookup of a directory: %v", err)
 	}
