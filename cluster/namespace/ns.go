@@ -141,9 +141,12 @@ func Open(ctx context.Context, cfg Config) (*NS, error) {
 		DialTimeout: cfg.DialTimeout,
 		TLS:         tlsCfg,
 		Logger:      log.Named("etcd-client"),
-		// Keepalive pings find a dead member in seconds, not minutes.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
+		// Keepalive pings find a silent member in seconds, not the
+		// kernel's minutes; no more often than etcd's
+		// --grpc-keepalive-min-time (5 s), which answers faster pings
+		// with GOAWAY.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
 		// gRPC's default reconnect backoff grows to two minutes: a node
 		// would stay cut off that long after etcd came back.
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
