@@ -313,7 +313,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 		rd, wr := lb.perGiB()
 		switch {
 		case rd < 0.05 && m.FusePassthrough == "y":
-			pr("- **loopback's reads bypass its daemon here**: the kernel has FUSE passthrough (CONFIG_FUSE_PASSTHROUGH=y) and go-fuse's loopback, run as root, hands each opened file to the kernel (FOPEN_PASSTHROUGH). Its daemon used %.3f CPU-seconds per GiB read (dnnfs: see the CPU table below), so loopback's read numbers are close to tmpfs and measure the kernel, not a FUSE daemon; its writes still went through the daemon (%.2f CPU-s per GiB written). dnnfs serves every read and write in its daemon (FUSE direct I/O from the pool mapping).\n", rd, wr)
+			pr("- **loopback's reads and writes bypass its daemon here**: the kernel has FUSE passthrough (CONFIG_FUSE_PASSTHROUGH=y) and go-fuse's loopback, run as root, hands each opened file to the kernel (FOPEN_PASSTHROUGH, a BACKING_OPEN at each open in its -debug log). Its daemon used %.3f CPU-seconds per GiB read and %.2f per GiB written (dnnfs: see the CPU table below). What still reaches it per write is one GETXATTR of security.capability (the kernel's file_remove_privs: 1024 GETXATTR for 1024 random 4 KiB writes in its -debug log), so for small writes loopback costs one FUSE round trip per write, as dnnfs does, and for large ones it measures the kernel, not a FUSE daemon. dnnfs serves every read and write in its daemon (FUSE direct I/O from the pool mapping).\n", rd, wr)
 		case rd < 0.05:
 			pr("- loopback's daemon used %.3f CPU-seconds per GiB read: its reads did not reach the daemon (FUSE passthrough or the kernel's page cache).\n", rd)
 		default:
