@@ -1,13 +1,18 @@
 package namespace
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/dnnfs/dnnfs/cluster/ids"
+)
 
 // The sentinel errors, each with when it happens. Every error a method
 // returns wraps one of them or is the caller's own context.Canceled.
 var (
 	// ErrInvalid: a malformed argument or configuration (node id, path,
 	// file id, endpoint URL) or a record in etcd that does not decode.
-	ErrInvalid = errors.New("invalid")
+	// It is ids.ErrInvalid, which the ids' own checks return.
+	ErrInvalid = ids.ErrInvalid
 	// ErrUnavailable: etcd did not answer in time (every endpoint down,
 	// no quorum, no leader) or refused the connection; the message names
 	// the endpoints. Nothing was changed by the failed call.

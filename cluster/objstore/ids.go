@@ -8,35 +8,19 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
+
+	"github.com/dnnfs/dnnfs/cluster/ids"
 )
 
-// FSID is a cluster's id: 32 lower-case hex digits, created once in etcd
-// by the first node.
-type FSID string
-
-// FileID names a file across the cluster: 32 lower-case hex digits (a
-// random 128-bit value, or for an attached object a hash of bucket, key
-// and etag), assigned when a path is first committed; it survives rename.
-type FileID string
-
-// Version is a file's committed version, 1 up, bumped by each commit.
-type Version uint64
-
-// ChunkIdx is a chunk's index in its file (offset / chunk_size).
-type ChunkIdx uint32
-
-// ChunkRef names one chunk of one version of a file.
-type ChunkRef struct {
-	File FileID
-	Ver  Version
-	Idx  ChunkIdx
-}
-
-// String is the chunk's name in the peer protocol and in rendezvous
-// hashing: "<id>/<ver>/<chunk>".
-func (r ChunkRef) String() string {
-	return fmt.Sprintf("%s/%d/%d", r.File, r.Ver, r.Idx)
-}
+// The cluster's identities are cluster/ids'; these names keep this
+// package's API whole.
+type (
+	FSID     = ids.FSID
+	FileID   = ids.FileID
+	Version  = ids.Version
+	ChunkIdx = ids.ChunkIdx
+	ChunkRef = ids.ChunkRef
+)
 
 // ForeignFileID is the FileID of an attached foreign object (dnnfs
 // attach): the first 128 bits of sha256("<bucket>/<key>/<etag>"), in hex,
@@ -47,37 +31,15 @@ func ForeignFileID(bucket, key, etag string) FileID {
 	return FileID(hex.EncodeToString(sum[:16]))
 }
 
-// ErrBadID: an FSID or FileID that is not 32 lower-case hex digits.
-var ErrBadID = errors.New("not 32 lower-case hex digits")
+// ErrBadID: an FSID or FileID that is not 32 lower-case hex digits
+// (ids.ErrInvalid).
+var ErrBadID = ids.ErrInvalid
 
-func checkHex32(s string) error {
-	if len(s) != 32 {
-		return ErrBadID
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return ErrBadID
-		}
-	}
-	return nil
-}
+// ParseFileID checks s is a FileID (ids.ParseFileID).
+func ParseFileID(s string) (FileID, error) { return ids.ParseFileID(s) }
 
-// ParseFileID checks s is a FileID.
-func ParseFileID(s string) (FileID, error) {
-	if err := checkHex32(s); err != nil {
-		return "", fmt.Errorf("file id %q: %w", s, err)
-	}
-	return FileID(s), nil
-}
-
-// ParseFSID checks s is an FSID.
-func ParseFSID(s string) (FSID, error) {
-	if err := checkHex32(s); err != nil {
-		return "", fmt.Errorf("fsid %q: %w", s, err)
-	}
-	return FSID(s), nil
-}
+// ParseFSID checks s is an FSID (ids.ParseFSID).
+func ParseFSID(s string) (FSID, error) { return ids.ParseFSID(s) }
 
 // CRC32C is a chunk's CRC-32C (Castagnoli), as in manifests and in the
 // peer protocol's X-Dnnfs-Crc32c header: 8 lower-case hex digits.

@@ -48,10 +48,10 @@ func (m *Manifest) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, a...))
 	}
-	if err := checkHex32(string(m.FSID)); err != nil {
+	if err := m.FSID.Valid(); err != nil {
 		return bad("fsid %q: %v", m.FSID, err)
 	}
-	if err := checkHex32(string(m.ID)); err != nil {
+	if err := m.ID.Valid(); err != nil {
 		return bad("id %q: %v", m.ID, err)
 	}
 	if m.Version == 0 {

@@ -128,7 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("no S3 bucket given")
 	}
 	if cfg.FSID != "" {
-		if err := checkHex32(string(cfg.FSID)); err != nil {
+		if err := cfg.FSID.Valid(); err != nil {
 			return nil, fmt.Errorf("fsid %q: %w", cfg.FSID, err)
 		}
 	}

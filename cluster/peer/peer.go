@@ -8,31 +8,24 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/dnnfs/dnnfs/cluster/ids"
 	"github.com/dnnfs/dnnfs/cluster/objstore"
 	"golang.org/x/sync/singleflight"
 )
 
-// NodeID is a node's name in the cluster (--node-id): [a-z0-9._-]{1,64}.
-type NodeID string
+// NodeID is a node's name in the cluster (--node-id; ids.NodeID).
+type NodeID = ids.NodeID
 
-var nodeIDRe = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+// ErrBadNodeID: a node id outside [a-z0-9._-]{1,64} (ids.ErrInvalid).
+var ErrBadNodeID = ids.ErrInvalid
 
-// ErrBadNodeID: a node id outside [a-z0-9._-]{1,64}.
-var ErrBadNodeID = errors.New("node id must be 1 to 64 of [a-z0-9._-]")
-
-// ParseNodeID checks s is a NodeID.
-func ParseNodeID(s string) (NodeID, error) {
-	if !nodeIDRe.MatchString(s) {
-		return "", fmt.Errorf("%q: %w", s, ErrBadNodeID)
-	}
-	return NodeID(s), nil
-}
+// ParseNodeID checks s is a NodeID (ids.ParseNodeID).
+func ParseNodeID(s string) (NodeID, error) { return ids.ParseNodeID(s) }
 
 // Node is a live member: its id and the base URL of its chunk server
 // ("https://127.0.0.2:7600"), as its membership record says.
