@@ -17,6 +17,10 @@ VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
 # staticcheck (honnef.co/go/tools), pinned; `make deps` installs it.
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
+# etcd for the cluster tests (issue #17): the server of the Go client's release
+# line, built by `make deps` at the version pinned in tests/clusterenv/etcdserver.
+ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" { sub(/^v/, "", $$2); print $$2 }' tests/clusterenv/etcdserver/go.mod)
+ETCD := $(shell $(GO) env GOPATH)/bin/etcd
 
 # make install: PREFIX and DESTDIR as usual. mount(8) looks for its helpers
 # (mount.fuse.dnnfs) in /sbin only, whatever the prefix.
@@ -76,6 +80,8 @@ deps:
 	$(GO) mod download
 	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		{ echo "installing: staticcheck $(STATICCHECK_VERSION)"; $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
+	@$(ETCD) --version 2>/dev/null | grep -qx 'etcd Version: $(ETCD_VERSION)' || \
+		{ echo "installing: etcd $(ETCD_VERSION)"; cd tests/clusterenv/etcdserver && $(GO) build -trimpath -o $(ETCD) go.etcd.io/etcd/server/v3; }
 
 run: build
 	@mkdir -p $(dir $(POOL)) $(MNT)
@@ -128,6 +134,7 @@ vet:
 
 # The end-to-end packages mount a daemon built with -race, so a data race in
 # the real FUSE paths fails the run; it is built once and shared.
+unit: export DNNFS_ETCD_BIN ?= $(ETCD)
 unit:
 	@mkdir -p $(TEST_TMP)
 	$(GO) build -race -o bin/dnnfs-race ./cmd/dnnfs
@@ -143,6 +150,8 @@ fuzz:
 		done; \
 	done
 
+# The cluster tests must run, not skip, once deps installed their engines.
+test: export DNNFS_REQUIRE_CLUSTER = 1
 test: deps vet build unit fuzz
 
 # bench measures dnnfs against native tmpfs and go-fuse's loopback example
