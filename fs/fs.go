@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
@@ -33,6 +34,9 @@ type Options struct {
 	PageCache bool
 	// Tier is the SSD tier for embedding tables; nil without --ssd.
 	Tier *embedding.Tier
+	// Cluster makes the pool's regular files the cluster's (issue #17,
+	// DESIGN.md §Cluster); nil without --etcd, and then nothing changes.
+	Cluster *cluster.Node
 }
 
 // maxWrite is the largest FUSE write (and read) request: 256 pages, the
@@ -262,6 +266,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if ch, ok := n.lookupChild(ctx, name, out); ok {
 			return ch, 0
 		}
+		if n.opts.Cluster != nil {
+			in, err = n.opts.Cluster.Lookup(ctx, n.in, name) // committed on another node
+		}
 	}
 	if err != nil {
 		return nil, errno(err)
@@ -324,6 +331,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if t, ok := in.GetMTime(); ok {
 		sa.Mtime = &t
 	}
+	oldSize := int64(n.in.Attr().Size)
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
 	}
@@ -334,6 +342,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		(!mtime || in.Valid&fuse.FATTR_MTIME_NOW != 0)
 	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
 		return n.fail("setattr", err)
+	}
+	if sa.Size != nil {
+		n.opts.Cluster.Resized(n.in, oldSize, int64(*sa.Size))
 	}
 	a := n.in.Attr()
 	fillAttr(&a, &out.Attr)
@@ -368,7 +379,13 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
+	cl, err := n.opts.Cluster.Open(ctx, in, true, true) // a new file: its writer lock
+	if err != nil {
+		_ = n.p.Unlink(n.in, name)
+		return nil, nil, 0, n.fail("create", err)
+	}
 	fh, fl := n.open(in, flags)
+	fh.(*handle).cl = cl
 	return ch, fh, fl, 0
 }
 
@@ -431,7 +448,19 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.fail("unlink", n.p.Unlink(n.in, name))
+	if n.opts.Cluster == nil {
+		return n.fail("unlink", n.p.Unlink(n.in, name))
+	}
+	// The namespace's name goes first: a failed transaction leaves both.
+	if err := n.opts.Cluster.Unlink(ctx, n.in, name); err != nil {
+		return n.fail("unlink", err)
+	}
+	in, _ := n.p.Lookup(n.in, name)
+	if err := n.p.Unlink(n.in, name); err != nil {
+		return n.fail("unlink", err)
+	}
+	n.opts.Cluster.Unlinked(in)
+	return 0
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -442,6 +471,9 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	np, ok := newParent.(*dirNode)
 	if !ok {
 		return syscall.EXDEV
+	}
+	if err := n.opts.Cluster.Rename(ctx, n.in, name, np.in, newName); err != nil {
+		return n.fail("rename", err) // the namespace first: a failed transaction leaves both
 	}
 	return n.fail("rename", n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags))
 }
@@ -508,8 +540,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		go n.NotifyContent(0, 0)
 		return 0
 	}
-	if _, ok := n.virtualXattr(attr); ok {
-		return syscall.EPERM // computed, not stored
+	if _, ok := n.virtualXattr(attr); ok || attr == cluster.XattrState {
+		return syscall.EPERM // computed, not stored; or the cluster's own
 	}
 	kill := flags&setxattrKillSGID != 0
 	flags &^= setxattrKillSGID
@@ -525,6 +557,9 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	}
 	if attr == XattrSession {
 		return n.fail("abandon session", n.p.AbandonSession(n.in))
+	}
+	if attr == cluster.XattrState {
+		return syscall.EPERM
 	}
 	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
 }

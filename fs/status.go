@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/kv"
@@ -128,10 +129,13 @@ type StatusJSON struct {
 	// Embedding is the SSD tier (scheduler classes, devices, moves);
 	// absent without --ssd.
 	Embedding *embedding.Status `json:"embedding,omitempty"`
+	// Cluster is this node's cluster membership and fetch counters;
+	// absent without --etcd.
+	Cluster *cluster.Status `json:"cluster,omitempty"`
 }
 
-func statusJSON(p *core.FS, t *embedding.Tier) StatusJSON {
-	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}}
+func statusJSON(p *core.FS, t *embedding.Tier, c *cluster.Node) StatusJSON {
+	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}, Cluster: c.Status()}
 	if t != nil {
 		st := t.Status()
 		s.Embedding = &st
@@ -163,7 +167,7 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 	case name == XattrLocks && !n.in.IsDir():
 		v = locksJSON(n.p, n.in)
 	case name == XattrStatus && n.in.Ino == n.p.Root().Ino:
-		v = statusJSON(n.p, n.opts.Tier)
+		v = statusJSON(n.p, n.opts.Tier, n.opts.Cluster)
 	case name == XattrTable:
 		return n.tableXattr()
 	case name == XattrShards && n.in.IsTable() && n.opts.Tier != nil:
