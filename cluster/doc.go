@@ -22,10 +22,11 @@
 //   - close-to-open: an open compares the file's version with the
 //     committed one and a newer version discards the local chunks;
 //   - the writer side: an open for writing takes the cluster's writer
-//     lock (busy: core.ErrBusy, EBUSY at the FUSE boundary), fills every
-//     chunk first unless it truncates, and fsync or close commits (changed
-//     chunks, then the manifest, then one etcd transaction; a failure is
-//     core.ErrIO and nothing new is visible);
+//     lock (ErrWriterBusy when another node holds it: EBUSY at the FUSE
+//     boundary), fills every chunk first unless it truncates, and fsync or
+//     close commits (changed chunks, then the manifest, then one etcd
+//     transaction; a failure is ErrCluster, EIO, and nothing new is
+//     visible);
 //   - unlink and rename go through the namespace transaction first;
 //   - peer.Local (chunks of the pool, served only when the local file
 //     holds exactly that version's chunk; chunks of files this node has no
@@ -34,8 +35,8 @@
 //   - watches: a commit or a name change on another node invalidates the
 //     kernel's cached attributes and entries here (Notifier).
 //
-// What it must not do: import fs or speak syscall.Errno (errors wrap core
-// sentinels, fs maps them), change anything when the cluster is off (fs
+// What it must not do: import fs or speak syscall.Errno (fs maps its
+// sentinels, ErrWriterBusy and ErrCluster), change anything when the cluster is off (fs
 // and cmd/dnnfs hold a nil *Node then, and every method of a nil *Node
 // does nothing), or let core import it.
 package cluster

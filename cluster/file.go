@@ -51,7 +51,8 @@ type file struct {
 	// inflight are the changed chunks a commit is uploading: neither
 	// served as the old version's nor filled over.
 	inflight namespace.Chunks
-	commitMu sync.Mutex // one commit of the file at a time
+	commitMu sync.Mutex       // one commit of the file at a time
+	ahead    namespace.Chunks // chunks being read ahead
 }
 
 // Handle is one open of a cluster file (fs keeps it in its file handle).
@@ -156,8 +157,20 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
+// The errors of cluster operations (fs maps them: ErrWriterBusy to EBUSY,
+// the others to EIO).
+var (
+	// ErrWriterBusy: another node has the file open for writing (its
+	// writer lock); the second writer is refused, not queued.
+	ErrWriterBusy = errors.New("another node writes the file")
+	// ErrCluster: etcd or S3 did not do what a commit, unlink, rename,
+	// fetch or writer lock needed (unreachable, refused, a conflicting
+	// transaction); nothing of the operation is visible to other nodes.
+	ErrCluster = errors.New("cluster operation failed")
+)
+
 func ioErr(what string, err error) error {
-	return fmt.Errorf("%w: %s: %v", core.ErrIO, what, err)
+	return fmt.Errorf("%w: %s: %v", ErrCluster, what, err)
 }
 
 func (n *Node) invalidate(ino core.Ino) {
@@ -194,13 +207,11 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 		return nil, core.ErrNotFound
 	}
 	id, err := n.ns.Lookup(ctx, path)
+	n.log.Debug("cluster lookup", zap.String("path", path), zap.String("id", string(id)), zap.Error(err))
 	switch {
 	case errors.Is(err, namespace.ErrIsDir):
 		return n.placeDir(dir, name)
 	case err != nil:
-		if !errors.Is(err, namespace.ErrNotFound) {
-			n.log.Debug("cluster lookup", zap.String("path", path), zap.Error(err))
-		}
 		return nil, core.ErrNotFound
 	}
 	return n.place(ctx, dir, name, id)
@@ -363,7 +374,7 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 		switch {
 		case errors.Is(err, namespace.ErrWriterBusy):
 			f.mu.Unlock()
-			return nil, fmt.Errorf("%w: %v", core.ErrBusy, err)
+			return nil, fmt.Errorf("%w: %v", ErrWriterBusy, err)
 		case err != nil && f.ver > 0:
 			f.mu.Unlock()
 			return nil, ioErr("writer lock", err)
@@ -519,9 +530,25 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 			return err
 		}
 	}
-	// Read-ahead: the next chunk comes while this one is read.
-	if next := last + 1; next*cs < size {
-		go n.fillChunk(n.ctx, f, namespace.ChunkIdx(next))
+	// Read-ahead: the next chunk comes while this one is read (one
+	// goroutine per chunk, not one per read).
+	if next := namespace.ChunkIdx(last + 1); int64(next)*cs < size {
+		f.mu.Lock()
+		start := !f.present.Has(next) && !f.ahead.Has(next)
+		if start {
+			f.ahead.Add(next)
+		}
+		f.mu.Unlock()
+		if start {
+			go func() {
+				if err := n.fillChunk(n.ctx, f, next); err != nil {
+					n.log.Debug("read-ahead", zap.Error(err))
+				}
+				f.mu.Lock()
+				f.ahead.Remove(next)
+				f.mu.Unlock()
+			}()
+		}
 	}
 	return nil
 }
@@ -552,7 +579,8 @@ func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) err
 	}
 	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(f.ver), Idx: objstore.ChunkIdx(i)}
 	f.mu.Unlock()
-	data, _, err := n.peer.Fetch(ctx, ref)
+	data, src, err := n.peer.Fetch(ctx, ref)
+	n.log.Debug("chunk fetched", zap.Stringer("chunk", ref), zap.Stringer("source", src), zap.Error(err))
 	if err != nil {
 		return ioErr(fmt.Sprintf("fetching chunk %s", ref), err)
 	}
@@ -566,11 +594,16 @@ func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) err
 
 // storeInFile writes a verified chunk into f if f is still at its version.
 func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objstore.CRC32C) error {
+	release, ok := n.usePool()
+	if !ok {
+		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
+	}
+	defer release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := namespace.ChunkIdx(ref.Idx)
 	if objstore.Version(f.ver) != ref.Ver || f.removed {
-		return fmt.Errorf("%w: chunk %s: the file moved on to version %d", core.ErrIO, ref, f.ver)
+		return fmt.Errorf("%w: chunk %s: the file moved on to version %d", ErrCluster, ref, f.ver)
 	}
 	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
 		return nil
@@ -605,13 +638,14 @@ type local struct{ n *Node }
 
 func (l local) ReadChunk(ref objstore.ChunkRef, off, length int64) ([]byte, int64, objstore.CRC32C, bool) {
 	n := l.n
+	release, ok := n.usePool()
+	if !ok {
+		return nil, 0, 0, false // not started, or closing
+	}
+	defer release()
 	n.mu.Lock()
 	f := n.byID[namespace.FileID(ref.File)]
-	started := n.p != nil
 	n.mu.Unlock()
-	if !started {
-		return nil, 0, 0, false
-	}
 	if f != nil {
 		if b, size, crc, ok := n.readFileChunk(f, ref, off, length); ok {
 			return b, size, crc, true
@@ -670,9 +704,8 @@ func (l local) StoreChunk(ref objstore.ChunkRef, data []byte, crc objstore.CRC32
 	n := l.n
 	n.mu.Lock()
 	f := n.byID[namespace.FileID(ref.File)]
-	started := n.p != nil
 	n.mu.Unlock()
-	if started && f != nil && l.n.storeInFile(f, ref, data, crc) == nil {
+	if f != nil && n.storeInFile(f, ref, data, crc) == nil {
 		return nil
 	}
 	for _, gone := range n.cache.put(ref, data, crc) {
@@ -762,10 +795,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	}
 	rec := namespace.FileRecord{Version: next, Size: size, ChunkSize: cs, Manifest: key,
 		Mode: a.Mode, Mtime: a.Mtime.UnixNano(), UID: a.UID, GID: a.GID}
-	held := namespace.Chunks{}
-	if nch > 0 {
-		held = namespace.ChunkRange(0, namespace.ChunkIdx(nch-1))
-	}
+	held := namespace.ChunkRange(0, namespace.ChunkIdx(nch))
 	rev, err := n.ns.Commit(ctx, path, id, base, rec, held)
 	if err != nil {
 		return ioErr("commit "+path, err)
@@ -874,6 +904,11 @@ func (n *Node) fileEvent(ev namespace.FileEvent) {
 	if ev.ID == "" || ev.Deleted {
 		return
 	}
+	release, ok := n.usePool()
+	if !ok {
+		return
+	}
+	defer release()
 	n.mu.Lock()
 	f := n.byID[ev.ID]
 	n.mu.Unlock()
@@ -899,9 +934,12 @@ func (n *Node) nameEvent(ev namespace.NameEvent) {
 	if ev.Path == "" {
 		return
 	}
-	n.mu.Lock()
+	release, ok := n.usePool()
+	if !ok {
+		return
+	}
+	defer release()
 	p := n.p
-	n.mu.Unlock()
 	dir := p.Root()
 	parts := strings.Split(ev.Path, "/")
 	for _, c := range parts[:len(parts)-1] {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/dnnfs/dnnfs/cluster/namespace"
 	"github.com/dnnfs/dnnfs/cluster/objstore"
@@ -74,15 +75,21 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// poolMu: p is set by Start and cleared by Close, which waits for
+	// the users outside FUSE requests (usePool).
+	poolMu    sync.RWMutex
+	closeOnce sync.Once
+	closeErr  error
+
 	mu     sync.Mutex
-	p      *core.FS // nil until Start
+	p      *core.FS // nil until Start and after Close
 	files  map[core.Ino]*file
 	byID   map[namespace.FileID]*file
 	notify Notifier
 	// serving is the peer tier once Dial built it (the chunk server
 	// listens before: its URL is registered with the node).
 	serving *peer.Peer
-	create sync.Mutex // placeholders: one creator at a time
+	create  sync.Mutex // placeholders: one creator at a time
 
 	cache *memCache
 }
@@ -142,7 +149,7 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	ns, err := namespace.Open(ctx, namespace.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix,
 		Node: namespace.NodeID(cfg.Node), PeerURL: url, TLS: cfg.EtcdTLS, ChunkSize: cfg.ChunkSize,
-		LeaseTTL: cfg.LeaseTTL, Logger: n.log})
+		LeaseTTL: cfg.LeaseTTL, Logger: n.log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return quietClient{c} }))})
 	if err != nil {
 		return nil, oneLine(err)
 	}
@@ -188,6 +195,19 @@ func (h peerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.ServeHTTP(w, r)
 }
 
+// quietClient keeps the etcd client's own retries (warnings, a line per
+// attempt) out of the log: the namespace reports what failed.
+type quietClient struct{ zapcore.Core }
+
+func (q quietClient) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if strings.HasSuffix(e.LoggerName, "etcd-client") && e.Level < zapcore.ErrorLevel {
+		return ce
+	}
+	return q.Core.Check(e, ce)
+}
+
+func (q quietClient) With(f []zapcore.Field) zapcore.Core { return quietClient{q.Core.With(f)} }
+
 // zapWriter hands the chunk server's own errors (failed handshakes) to the
 // log.
 type zapWriter struct{ l *zap.Logger }
@@ -204,9 +224,9 @@ func (n *Node) Start(p *core.FS) error {
 	if n == nil {
 		return nil
 	}
-	n.mu.Lock()
+	n.poolMu.Lock()
 	n.p = p
-	n.mu.Unlock()
+	n.poolMu.Unlock()
 	var known []*file
 	for _, in := range p.Inodes() {
 		if f := n.load(in); f != nil {
@@ -246,15 +266,32 @@ func (n *Node) Close() error {
 	if n == nil {
 		return nil
 	}
-	n.cancel()
-	var err error
-	if n.srv != nil {
-		n.srv.Close()
+	n.closeOnce.Do(func() {
+		n.cancel()
+		if n.srv != nil {
+			n.srv.Close()
+		}
+		if n.ns != nil {
+			n.closeErr = n.ns.Close()
+		}
+		// Requests still being served and background work finish with
+		// the pool before it closes.
+		n.poolMu.Lock()
+		n.p = nil
+		n.poolMu.Unlock()
+	})
+	return n.closeErr
+}
+
+// usePool holds the pool open for a caller outside a FUSE request (the
+// chunk server, watches, read-ahead); ok is false once Close began.
+func (n *Node) usePool() (release func(), ok bool) {
+	n.poolMu.RLock()
+	if n.p == nil {
+		n.poolMu.RUnlock()
+		return nil, false
 	}
-	if n.ns != nil {
-		err = n.ns.Close()
-	}
-	return err
+	return n.poolMu.RUnlock, true
 }
 
 // Status is the "cluster" section of `dnnfs status --json`.

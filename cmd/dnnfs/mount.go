@@ -392,6 +392,9 @@ func runMount(args []string) error {
 	}()
 	server.Wait()
 	mx.Close() // before the pool it reads
+	if err := cl.Close(); err != nil { // its chunk server reads the pool
+		log.Warn("leaving the cluster", zap.Error(err))
+	}
 	closeTier()
 	if err := p.Close(); err != nil {
 		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))
