@@ -191,6 +191,27 @@ func (n *Node) invalidateEntry(dir core.Ino, name string) {
 	}
 }
 
+// uninterrupted keeps a FUSE request's values but not its cancellation:
+// the kernel interrupts a request for any signal to the caller (a Go
+// program gets them all the time, for preemption), and an etcd or S3 step
+// cut short would fail an open or a commit that would have worked. Every
+// step is bounded by its own timeout instead.
+func uninterrupted(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// parentOf resolves a namespace path's directory in the pool.
+func (n *Node) parentOf(path string) (*core.Inode, string, bool) {
+	dir := n.p.Root()
+	parts := strings.Split(path, "/")
+	for _, c := range parts[:len(parts)-1] {
+		d, err := n.p.Lookup(dir, c)
+		if err != nil || !d.IsDir() {
+			return nil, "", false
+		}
+		dir = d
+	}
+	return dir, parts[len(parts)-1], true
+}
+
 // ---------------------------------------------------------------------
 // Names
 
@@ -199,6 +220,7 @@ func (n *Node) invalidateEntry(dir core.Ino, name string) {
 // below it a local directory. core.ErrNotFound when the namespace has no
 // such name either (or etcd does not answer).
 func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.Inode, error) {
+	ctx = uninterrupted(ctx)
 	if n == nil {
 		return nil, core.ErrNotFound
 	}
@@ -220,6 +242,7 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 // SyncDir creates placeholders for the names of a directory the pool does
 // not have yet (before a listing).
 func (n *Node) SyncDir(ctx context.Context, dir *core.Inode) {
+	ctx = uninterrupted(ctx)
 	if n == nil {
 		return
 	}
@@ -250,8 +273,8 @@ func (n *Node) SyncDir(ctx context.Context, dir *core.Inode) {
 }
 
 func (n *Node) placeDir(dir *core.Inode, name string) (*core.Inode, error) {
-	n.create.Lock()
-	defer n.create.Unlock()
+	n.names.Lock()
+	defer n.names.Unlock()
 	if in, err := n.p.Lookup(dir, name); err == nil {
 		return in, nil
 	}
@@ -266,8 +289,8 @@ func (n *Node) place(ctx context.Context, dir *core.Inode, name string, id names
 	if err != nil {
 		return nil, core.ErrNotFound
 	}
-	n.create.Lock()
-	defer n.create.Unlock()
+	n.names.Lock()
+	defer n.names.Unlock()
 	if in, err := n.p.Lookup(dir, name); err == nil {
 		return in, nil
 	}
@@ -275,9 +298,17 @@ func (n *Node) place(ctx context.Context, dir *core.Inode, name string, id names
 	other := n.byID[id]
 	n.mu.Unlock()
 	if other != nil {
-		// The file was renamed elsewhere while this node had it under its
-		// old name (which the name watch will drop): a new placeholder.
-		n.forget(other)
+		// Renamed on another node while this one has it under its old
+		// name: the local file moves along, with its chunks.
+		if old := n.pathOf(other.in); old != "" {
+			if odir, oname, ok := n.parentOf(old); ok {
+				if err := n.p.Rename(odir, oname, dir, name, 0); err == nil {
+					go n.invalidateEntry(odir.Ino, oname) // not from inside this request
+					n.revalidate(ctx, other)
+					return other.in, nil
+				}
+			}
+		}
 	}
 	in, err := n.p.Create(dir, name, core.NewInode{Mode: format.ModeReg | rec.Mode&format.ModePerm, UID: rec.UID, GID: rec.GID})
 	if err != nil {
@@ -348,6 +379,7 @@ func (n *Node) revalidate(ctx context.Context, f *file) {
 // every chunk in the pool unless the open truncates. A nil Handle: a
 // local-only file.
 func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Handle, error) {
+	ctx = uninterrupted(ctx)
 	if n == nil || in.IsDir() || in.Mode()&format.ModeType != format.ModeReg {
 		return nil, nil
 	}
@@ -420,6 +452,7 @@ func (n *Node) revalidateWriter(ctx context.Context, f *file) {
 // Flush commits a writer's changes (close(2)); core.ErrIO when the commit
 // failed.
 func (n *Node) Flush(ctx context.Context, h *Handle) error {
+	ctx = uninterrupted(ctx)
 	if n == nil || h == nil || !h.write {
 		return nil
 	}
@@ -428,6 +461,7 @@ func (n *Node) Flush(ctx context.Context, h *Handle) error {
 
 // Fsync commits the file if this node writes it.
 func (n *Node) Fsync(ctx context.Context, in *core.Inode) error {
+	ctx = uninterrupted(ctx)
 	if n == nil {
 		return nil
 	}
@@ -510,6 +544,7 @@ func (n *Node) Resized(in *core.Inode, oldSize, newSize int64) {
 // Fill brings the chunks of [off, off+length) that are not in the pool
 // yet, before a read serves them from it.
 func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) error {
+	ctx = uninterrupted(ctx)
 	if n == nil || length <= 0 {
 		return nil
 	}
@@ -817,29 +852,35 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 // ---------------------------------------------------------------------
 // Unlink and rename
 
-// Unlink removes a committed file's name from the namespace before the
-// pool's (core.ErrIO when etcd refuses).
-func (n *Node) Unlink(ctx context.Context, dir *core.Inode, name string) error {
+// Unlink removes a name: a committed file's from the namespace first
+// (ErrCluster when etcd refuses: then neither goes), then the pool's
+// (local, core's unlink).
+func (n *Node) Unlink(ctx context.Context, dir *core.Inode, name string, local func() error) error {
 	if n == nil {
-		return nil
+		return local()
 	}
+	ctx = uninterrupted(ctx)
+	n.names.Lock()
+	defer n.names.Unlock()
 	in, err := n.p.Lookup(dir, name)
 	if err != nil {
-		return nil
+		return local()
 	}
-	f := n.fileOf(in)
-	if f == nil {
-		return nil
-	}
-	f.mu.Lock()
-	committed := f.ver > 0
-	f.mu.Unlock()
-	if committed {
-		path := join(n.pathOf(dir), name)
-		if err := n.ns.Remove(ctx, path); err != nil && !errors.Is(err, namespace.ErrNotFound) {
-			return ioErr("unlink "+path, err)
+	if f := n.fileOf(in); f != nil {
+		f.mu.Lock()
+		committed := f.ver > 0
+		f.mu.Unlock()
+		if committed {
+			path := join(n.pathOf(dir), name)
+			if err := n.ns.Remove(ctx, path); err != nil && !errors.Is(err, namespace.ErrNotFound) {
+				return ioErr("unlink "+path, err)
+			}
 		}
 	}
+	if err := local(); err != nil {
+		return err
+	}
+	n.Unlinked(in)
 	return nil
 }
 
@@ -866,33 +907,37 @@ func (n *Node) Unlinked(in *core.Inode) {
 	}
 }
 
-// Rename moves a name in the namespace before the pool does (a committed
-// file, or a directory with committed names below it).
-func (n *Node) Rename(ctx context.Context, dir *core.Inode, name string, newDir *core.Inode, newName string) error {
+// Rename moves a name: in the namespace first (a committed file, or a
+// directory with committed names below it; ErrCluster when etcd refuses),
+// then in the pool (local, core's rename).
+func (n *Node) Rename(ctx context.Context, dir *core.Inode, name string, newDir *core.Inode, newName string, local func() error) error {
 	if n == nil {
-		return nil
+		return local()
 	}
+	ctx = uninterrupted(ctx)
+	n.names.Lock()
+	defer n.names.Unlock()
 	in, err := n.p.Lookup(dir, name)
 	if err != nil {
-		return nil
+		return local()
 	}
 	if !in.IsDir() {
 		f := n.fileOf(in)
 		if f == nil {
-			return nil
+			return local()
 		}
 		f.mu.Lock()
 		committed := f.ver > 0
 		f.mu.Unlock()
 		if !committed {
-			return nil
+			return local()
 		}
 	}
 	oldPath, newPath := join(n.pathOf(dir), name), join(n.pathOf(newDir), newName)
 	if err := n.ns.Rename(ctx, oldPath, newPath); err != nil && !errors.Is(err, namespace.ErrNotFound) {
 		return ioErr("rename "+oldPath, err)
 	}
-	return nil
+	return local()
 }
 
 // ---------------------------------------------------------------------
@@ -939,35 +984,40 @@ func (n *Node) nameEvent(ev namespace.NameEvent) {
 		return
 	}
 	defer release()
-	p := n.p
-	dir := p.Root()
-	parts := strings.Split(ev.Path, "/")
-	for _, c := range parts[:len(parts)-1] {
-		d, err := p.Lookup(dir, c)
-		if err != nil || !d.IsDir() {
-			return
-		}
-		dir = d
+	dirIno, name, dropped := n.applyNameEvent(ev)
+	if dirIno != 0 {
+		n.invalidateEntry(dirIno, name) // after names is unlocked: the kernel may be waiting on it
 	}
-	name := parts[len(parts)-1]
-	defer n.invalidateEntry(dir.Ino, name)
-	in, err := p.Lookup(dir, name)
+	if dropped != nil {
+		n.invalidate(dropped.Ino)
+	}
+}
+
+func (n *Node) applyNameEvent(ev namespace.NameEvent) (core.Ino, string, *core.Inode) {
+	n.names.Lock()
+	defer n.names.Unlock()
+	dir, name, ok := n.parentOf(ev.Path)
+	if !ok {
+		return 0, "", nil
+	}
+	in, err := n.p.Lookup(dir, name)
 	if err != nil {
-		return
+		return dir.Ino, name, nil
 	}
 	f := n.fileOf(in)
 	if f == nil {
-		return
+		return dir.Ino, name, nil
 	}
 	f.mu.Lock()
 	drop := f.ver > 0 && f.opens == 0 && !f.dirty && (ev.Deleted || ev.ID != f.id)
 	f.mu.Unlock()
 	if !drop {
-		return
+		return dir.Ino, name, nil
 	}
-	if err := p.Unlink(dir, name); err != nil {
+	if err := n.p.Unlink(dir, name); err != nil {
 		n.log.Debug("dropping a name removed elsewhere", zap.String("path", ev.Path), zap.Error(err))
-		return
+		return dir.Ino, name, nil
 	}
 	n.Unlinked(in)
+	return dir.Ino, name, in
 }

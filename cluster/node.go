@@ -30,6 +30,10 @@ const DefaultChunkSize = 32 << 20
 // others as their home node without having a name for their file.
 const DefaultCacheBytes = 1 << 30
 
+// s3OpenTimeout bounds Dial's check of the S3 endpoint, bucket and
+// credentials (etcd's is namespace.DefaultDialTimeout).
+const s3OpenTimeout = 15 * time.Second
+
 // ErrConfig: a bad or incomplete cluster configuration (flags).
 var ErrConfig = errors.New("cluster configuration")
 
@@ -89,7 +93,11 @@ type Node struct {
 	// serving is the peer tier once Dial built it (the chunk server
 	// listens before: its URL is registered with the node).
 	serving *peer.Peer
-	create  sync.Mutex // placeholders: one creator at a time
+	// names serializes this node's changes of names in the pool made for
+	// the cluster: placeholders, unlinks and renames (the namespace step
+	// and the pool's), and the name watch's, so that the watch never acts
+	// on a name this node is changing itself.
+	names sync.Mutex
 
 	cache *memCache
 }
@@ -154,7 +162,9 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, oneLine(err)
 	}
 	n.ns = ns
-	store, err := objstore.Open(ctx, objstore.Config{Endpoint: cfg.S3Endpoint, Bucket: cfg.S3Bucket,
+	sctx, cancel := context.WithTimeout(ctx, s3OpenTimeout)
+	defer cancel()
+	store, err := objstore.Open(sctx, objstore.Config{Endpoint: cfg.S3Endpoint, Bucket: cfg.S3Bucket,
 		Region: cfg.S3Region, FSID: objstore.FSID(ns.FSID())})
 	if err != nil {
 		return nil, oneLine(err)

@@ -448,19 +448,9 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	if n.opts.Cluster == nil {
-		return n.fail("unlink", n.p.Unlink(n.in, name))
-	}
-	// The namespace's name goes first: a failed transaction leaves both.
-	if err := n.opts.Cluster.Unlink(ctx, n.in, name); err != nil {
-		return n.fail("unlink", err)
-	}
-	in, _ := n.p.Lookup(n.in, name)
-	if err := n.p.Unlink(n.in, name); err != nil {
-		return n.fail("unlink", err)
-	}
-	n.opts.Cluster.Unlinked(in)
-	return 0
+	// A cluster file's name goes from the namespace first: a failed
+	// transaction leaves both (DESIGN.md §Cluster).
+	return n.fail("unlink", n.opts.Cluster.Unlink(ctx, n.in, name, func() error { return n.p.Unlink(n.in, name) }))
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -472,10 +462,10 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if !ok {
 		return syscall.EXDEV
 	}
-	if err := n.opts.Cluster.Rename(ctx, n.in, name, np.in, newName); err != nil {
-		return n.fail("rename", err) // the namespace first: a failed transaction leaves both
-	}
-	return n.fail("rename", n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags))
+	// The namespace first: a failed transaction leaves both.
+	return n.fail("rename", n.opts.Cluster.Rename(ctx, n.in, name, np.in, newName, func() error {
+		return n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags)
+	}))
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

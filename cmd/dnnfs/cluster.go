@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/pflag"
@@ -98,9 +97,8 @@ func (c *clusterFlagSet) dial(log *zap.Logger) (*cluster.Node, error) {
 			return nil, fmt.Errorf("--peer-cert: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := cluster.Dial(ctx, cfg)
+	// No deadline: etcd's dial timeout and S3's bound each step.
+	n, err := cluster.Dial(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s", strings.TrimSpace(err.Error()))
 	}
