@@ -7,7 +7,7 @@ import "errors"
 var (
 	// ErrInvalid: a malformed argument or configuration (node id, path,
 	// file id, endpoint URL) or a record in etcd that does not decode.
-	ErrInvalid = errors.New("namespace: invalid")
+	ErrInvalid = errors.New("invalid")
 	// ErrUnavailable: etcd did not answer in time (every endpoint down,
 	// no quorum, no leader) or refused the connection; the message names
 	// the endpoints. Nothing was changed by the failed call.

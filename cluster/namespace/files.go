@@ -31,6 +31,46 @@ func (ns *NS) File(ctx context.Context, id FileID) (FileRecord, int64, error) {
 	return rec, resp.Kvs[0].ModRevision, err
 }
 
+// Stat returns the file a path names with its record and that record's
+// mod revision, both read at one etcd revision (an open: one consistent
+// view of name and version). Errors as Lookup's and File's.
+func (ns *NS) Stat(ctx context.Context, path string) (FileID, FileRecord, int64, error) {
+	if err := CleanPath(path); err != nil {
+		return "", FileRecord{}, 0, err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	k := ns.nameKey(path)
+	resp, _, err := ns.txn(ctx, "stat "+path, nil, []clientv3.Op{
+		clientv3.OpGet(k),
+		clientv3.OpGet(k+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	}, nil)
+	if err != nil {
+		return "", FileRecord{}, 0, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		if resp.Responses[1].GetResponseRange().GetCount() > 0 {
+			return "", FileRecord{}, 0, fmt.Errorf("%w: %s", ErrIsDir, path)
+		}
+		return "", FileRecord{}, 0, fmt.Errorf("%w: %s", ErrNotFound, path)
+	}
+	id, err := decodeName(k, kvs[0].Value)
+	if err != nil {
+		return "", FileRecord{}, 0, err
+	}
+	fk := ns.fileKey(id)
+	fresp, err := ns.get(ctx, "stat "+path, fk, clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		return "", FileRecord{}, 0, err
+	}
+	if len(fresp.Kvs) == 0 {
+		return "", FileRecord{}, 0, fmt.Errorf("%w: %s names file %s, which has no record", ErrNotFound, path, id)
+	}
+	rec, err := decodeFile(fk, fresp.Kvs[0].Value)
+	return id, rec, fresp.Kvs[0].ModRevision, err
+}
+
 // Commit makes a new version of a file visible: the one transaction of the
 // design (the package doc's Transactions), after its chunks and manifest
 // are in the object store. It succeeds only if files/<id> is still at the mod
@@ -161,7 +201,8 @@ type FileEvent struct {
 }
 
 // WatchFiles calls fn for every change of a file record from now on, in
-// revision order, one call at a time, until ctx is done or the NS closed;
+// revision order, one call at a time (fn must not block: Close waits for
+// it), until ctx is done or the NS closed;
 // it returns once the watch is in place, so every commit after it is
 // delivered. A watch broken by a lost member or leader resumes where it
 // was, on another member.

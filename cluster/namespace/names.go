@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -105,6 +106,9 @@ func (ns *NS) List(ctx context.Context, dir string) ([]Entry, error) {
 		from = next
 	}
 	if len(out) == 0 && dir != "" {
+		if _, err := ns.Lookup(ctx, dir); err == nil {
+			return nil, fmt.Errorf("%w: %s is a file", ErrNotDir, dir)
+		}
 		return nil, fmt.Errorf("%w: directory %s", ErrNotFound, dir)
 	}
 	// Key order puts "d.x" before the directory "d" (whose keys go on
@@ -132,8 +136,10 @@ func (ns *NS) Rename(ctx context.Context, oldPath, newPath string) error {
 		return err
 	}
 	if oldPath == newPath {
-		_, err := ns.Lookup(ctx, oldPath)
-		return err
+		if _, err := ns.Lookup(ctx, oldPath); err != nil && !errors.Is(err, ErrIsDir) {
+			return err
+		}
+		return nil // POSIX: renaming a file or directory onto itself does nothing
 	}
 	if strings.HasPrefix(newPath, oldPath+"/") {
 		return fmt.Errorf("%w: rename %s under itself (%s)", ErrInvalid, oldPath, newPath)

@@ -219,6 +219,12 @@ func TestCommitConflict(t *testing.T) {
 	if err != nil || brev != rev || r.Version != 1 || r.Size != 3<<20 {
 		t.Fatalf("b reads %+v rev %d (%v), a committed rev %d", r, brev, err, rev)
 	}
+	if sid, sr, srev, err := b.Stat(ctx, "ckpt/step1.pt"); err != nil || sid != id || sr != r || srev != rev {
+		t.Fatalf("Stat: %s %+v %d %v", sid, sr, srev, err)
+	}
+	if _, _, _, err := b.Stat(ctx, "ckpt"); !errors.Is(err, namespace.ErrIsDir) {
+		t.Fatalf("Stat of a directory: %v", err)
+	}
 	hs, err := b.Holders(ctx, id, 1, 2)
 	if err != nil || len(hs) != 1 || hs[0].ID != "a" {
 		t.Fatalf("holders after commit: %v %v", hs, err)
@@ -307,6 +313,12 @@ func TestNames(t *testing.T) {
 	}
 	if _, err := a.List(ctx, "nope"); !errors.Is(err, namespace.ErrNotFound) {
 		t.Fatalf("List of a missing directory: %v", err)
+	}
+	if _, err := a.List(ctx, "top"); !errors.Is(err, namespace.ErrNotDir) {
+		t.Fatalf("List of a file: %v", err)
+	}
+	if err := a.Rename(ctx, "d", "d"); err != nil {
+		t.Fatalf("rename of a directory onto itself: %v", err)
 	}
 	if _, err := a.Lookup(ctx, "d/sub"); !errors.Is(err, namespace.ErrIsDir) {
 		t.Fatalf("Lookup of a directory: %v", err)

@@ -141,9 +141,12 @@ func Open(ctx context.Context, cfg Config) (*NS, error) {
 		DialTimeout: cfg.DialTimeout,
 		TLS:         tlsCfg,
 		Logger:      log.Named("etcd-client"),
-		// Keepalive pings find a dead member in seconds, not minutes.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
+		// Keepalive pings find a silent member in seconds, not the
+		// kernel's minutes; no more often than etcd's
+		// --grpc-keepalive-min-time (5 s), which answers faster pings
+		// with GOAWAY.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
 		// gRPC's default reconnect backoff grows to two minutes: a node
 		// would stay cut off that long after etcd came back.
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
@@ -170,6 +173,10 @@ func Open(ctx context.Context, cfg Config) (*NS, error) {
 	if err := ns.open(octx); err != nil {
 		ns.cancel()
 		ns.wg.Wait()
+		if l := ns.Lease(); l != 0 {
+			// Registered already: free the node id for the next try.
+			ns.revokeQuietly(clientv3.LeaseID(l))
+		}
 		cli.Close()
 		if errors.Is(err, ErrUnavailable) {
 			// Say why in one line: which endpoint, refused or TLS.
@@ -574,7 +581,7 @@ func (ns *NS) followNodes(ctx context.Context) error {
 	ns.wg.Add(1)
 	go func() {
 		defer ns.wg.Done()
-		ns.follow(ns.ctx, prefix, rev, func(ctx context.Context) (int64, error) { return list(ctx) }, func(evs []*clientv3.Event) {
+		ns.follow(ns.ctx, prefix, rev, list, func(evs []*clientv3.Event) {
 			ns.mu.Lock()
 			for _, ev := range evs {
 				id := NodeID(strings.TrimPrefix(string(ev.Kv.Key), prefix))
@@ -620,8 +627,10 @@ func (ns *NS) follow(ctx context.Context, prefix string, rev int64, relist func(
 				apply(resp.Events)
 				backoff = 50 * time.Millisecond
 			}
-			if resp.Header.Revision > rev {
-				rev = resp.Header.Revision
+			// Resume after the last event handed on, not the header's
+			// revision: that may run ahead of events still to come.
+			for _, ev := range resp.Events {
+				rev = max(rev, ev.Kv.ModRevision)
 			}
 		}
 		cancel()
@@ -670,7 +679,8 @@ func (ns *NS) Node(id NodeID) (NodeInfo, bool) {
 }
 
 // OnNodesChange calls fn with the live nodes after each change (and once
-// now). Calls come one at a time from the watch; fn must not block long.
+// now). Calls come one at a time from the watch; fn must not block (Close
+// waits for it).
 func (ns *NS) OnNodesChange(fn func([]NodeInfo)) {
 	ns.mu.Lock()
 	ns.nodesFns = append(ns.nodesFns, fn)
