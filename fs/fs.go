@@ -485,8 +485,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	v, ok := n.virtualXattr(attr)
-	if !ok && (attr == XattrSession || attr == XattrTable) {
-		return 0, syscall.ENODATA // no session open, not a table
+	if !ok && (attr == XattrSession || attr == XattrTable || attr == XattrWarmup) {
+		return 0, syscall.ENODATA // no session open, not a table, not a cluster file
 	}
 	if !ok {
 		var err error
@@ -506,6 +506,18 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return n.setTable(data)
 	case XattrMigrate:
 		return n.migrate(data)
+	case XattrWarmup:
+		i, err := strconv.ParseInt(strings.TrimPrefix(string(data), "chunk="), 10, 64)
+		if err != nil || !strings.HasPrefix(string(data), "chunk=") {
+			return syscall.EINVAL
+		}
+		if err := n.opts.Cluster.Warm(ctx, n.in, i); err != nil {
+			if errors.Is(err, cluster.ErrNotShared) {
+				return syscall.ENODATA
+			}
+			return n.fail("warm-up", err)
+		}
+		return 0
 	case XattrStatus:
 		// 'reset' on the root clears the SSD tier's latency histograms
 		// and counters (benchmarks measure one phase at a time).

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -26,6 +27,10 @@ const (
 	// a segmented session, read it for its JSON state, remove it to
 	// abandon the session.
 	XattrSession = "user.dnnfs.session"
+	// XattrWarmup on a file of a cluster mount: read it for the committed
+	// version's chunks (cluster.WarmInfo), set 'chunk=N' to have chunk N
+	// pulled into its home node's pool (dnnfs warmup).
+	XattrWarmup = "user.dnnfs.warmup"
 )
 
 // parseSession reads 'threads=N,size=BYTES[,mode=write|read]'.
@@ -176,6 +181,12 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 			return nil, false
 		}
 		v = tb.Shards()
+	case name == XattrWarmup && n.opts.Cluster != nil && !n.in.IsDir():
+		info, err := n.opts.Cluster.WarmInfo(context.Background(), n.in)
+		if err != nil {
+			return nil, false
+		}
+		v = info
 	case name == XattrSession && !n.in.IsDir():
 		info, ok := n.p.Session(n.in)
 		if !ok {

@@ -516,4 +516,32 @@ func TestConcurrentReadersS3(t *testing.T) {
 	if gets > chunks {
 		t.Errorf("%d S3 chunk GETs by three readers of %d chunks: want at most one per chunk", gets, chunks)
 	}
+
+	// dnnfs warmup on a (of a file nobody holds: its writer left) puts
+	// every chunk in a home node's pool; reads on b and c then make no S3
+	// request.
+	w = w.Remount(t)
+	warm := randomBytes(4*chunk+5, 9)
+	writeFile(t, w.Path("warm.bin"), warm)
+	w.Unmount(t)
+	s3gets := func() (n int64) {
+		for _, nd := range nodes {
+			n += status(t, nd).S3.ChunkGets
+		}
+		return n
+	}
+	before := s3gets()
+	out, stderr, code := harness.Run(t, "warmup", nodes[0].Path("warm.bin"))
+	if code != 0 || !strings.Contains(out, "warmed 5 chunks") {
+		t.Fatalf("dnnfs warmup: exit %d\n%s%s", code, out, stderr)
+	}
+	warmed := s3gets()
+	if warmed-before != 5 {
+		t.Errorf("warm-up of 5 chunks made %d S3 chunk GETs, want 5", warmed-before)
+	}
+	checkFile(t, nodes[1].Path("warm.bin"), warm)
+	checkFile(t, nodes[2].Path("warm.bin"), warm)
+	if after := s3gets(); after != warmed {
+		t.Errorf("reads after warm-up made %d S3 chunk GETs, want none", after-warmed)
+	}
 }
