@@ -391,7 +391,7 @@ func runMount(args []string) error {
 		}
 	}()
 	server.Wait()
-	mx.Close() // before the pool it reads
+	mx.Close()                         // before the pool it reads
 	if err := cl.Close(); err != nil { // its chunk server reads the pool
 		log.Warn("leaving the cluster", zap.Error(err))
 	}
