@@ -391,8 +391,9 @@ func runMount(args []string) error {
 		}
 	}()
 	server.Wait()
-	mx.Close()                         // before the pool it reads
-	if err := cl.Close(); err != nil { // its chunk server reads the pool
+	mx.Close() // before the pool it reads
+	// The cluster too: its chunk server and watches read the pool.
+	if err := cl.Close(); err != nil {
 		log.Warn("leaving the cluster", zap.Error(err))
 	}
 	closeTier()
