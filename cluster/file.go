@@ -29,6 +29,8 @@ type stateJSON struct {
 	Base   int64             `json:"base"` // etcd mod revision of files/<id> at ver
 	CS     int64             `json:"cs"`   // chunk size
 	Chunks string            `json:"chunks"`
+	// Src names the foreign object of an attached file (read-only).
+	Src string `json:"src,omitempty"`
 }
 
 // file is the cluster state of one pool file, guarded by mu.
@@ -48,6 +50,7 @@ type file struct {
 	writers int              // of them for writing
 	lock    *namespace.Writer
 	removed bool
+	src     string // an attached object's record (read-only); "" for dnnfs's own files
 	// inflight are the changed chunks a commit is uploading: neither
 	// served as the old version's nor filled over.
 	inflight namespace.Chunks
@@ -62,7 +65,7 @@ type Handle struct {
 }
 
 func (f *file) stateLocked() stateJSON {
-	return stateJSON{ID: f.id, Ver: f.ver, Base: f.base, CS: f.cs, Chunks: f.present.String()}
+	return stateJSON{ID: f.id, Ver: f.ver, Base: f.base, CS: f.cs, Chunks: f.present.String(), Src: f.src}
 }
 
 // saveLocked persists the state in the file's xattr.
@@ -94,7 +97,7 @@ func (n *Node) load(in *core.Inode) *file {
 	if err != nil {
 		ch = namespace.Chunks{}
 	}
-	f := &file{in: in, id: st.ID, ver: st.Ver, base: st.Base, cs: st.CS, present: ch,
+	f := &file{in: in, id: st.ID, ver: st.Ver, base: st.Base, cs: st.CS, present: ch, src: st.Src,
 		crc: map[namespace.ChunkIdx]objstore.CRC32C{}, mtime: in.Attr().Mtime.UnixNano()}
 	if f.ver == 0 {
 		f.dirty = true
@@ -167,6 +170,8 @@ var (
 	// fetch or writer lock needed (unreachable, refused, a conflicting
 	// transaction); nothing of the operation is visible to other nodes.
 	ErrCluster = errors.New("cluster operation failed")
+	// ErrReadOnly: an open for writing of an attached object.
+	ErrReadOnly = errors.New("attached objects are read-only")
 )
 
 func ioErr(what string, err error) error {
@@ -342,6 +347,10 @@ func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 		return err
 	}
 	f.ver, f.base, f.cs, f.mtime = rec.Version, rev, rec.ChunkSize, rec.Mtime
+	f.src = ""
+	if isAttached(rec.Manifest) {
+		f.src = rec.Manifest
+	}
 	f.present = namespace.Chunks{}
 	f.crc = map[namespace.ChunkIdx]objstore.CRC32C{}
 	f.dirty, f.changed = false, namespace.Chunks{}
@@ -392,6 +401,12 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 		if f, err = n.adopt(in); err != nil {
 			return nil, err
 		}
+	}
+	f.mu.Lock()
+	attached := f.src != ""
+	f.mu.Unlock()
+	if write && attached {
+		return nil, fmt.Errorf("%w: an attached object", ErrReadOnly)
 	}
 	if !write {
 		n.revalidate(ctx, f)
@@ -796,7 +811,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	var old *objstore.Manifest
 	if ver > 0 {
 		var err error
-		if old, err = n.cat.Manifest(ctx, objstore.FileID(id), objstore.Version(ver)); err != nil || old.ChunkSize != cs {
+		if old, err = n.cat.manifests.Manifest(ctx, objstore.FileID(id), objstore.Version(ver)); err != nil || old.ChunkSize != cs {
 			old = nil // every chunk goes up again
 		}
 	}
@@ -835,7 +850,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	if err != nil {
 		return ioErr("commit "+path, err)
 	}
-	n.cat.Add(m)
+	n.cat.manifests.Add(m)
 	f.mu.Lock()
 	f.ver, f.base, f.cs, f.mtime = next, rev, cs, rec.Mtime
 	f.present, f.crc = held, crcs

@@ -506,6 +506,16 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return n.setTable(data)
 	case XattrMigrate:
 		return n.migrate(data)
+	case XattrAttach:
+		if !n.in.IsDir() {
+			return syscall.ENOTDIR
+		}
+		k, err := n.opts.Cluster.Attach(ctx, n.in, string(data))
+		if err != nil {
+			return n.fail("attach", err)
+		}
+		n.opts.Log.Info("attached", zap.String("source", string(data)), zap.Int("objects", k))
+		return 0
 	case XattrWarmup:
 		i, err := strconv.ParseInt(strings.TrimPrefix(string(data), "chunk="), 10, 64)
 		if err != nil || !strings.HasPrefix(string(data), "chunk=") {

@@ -11,6 +11,7 @@ package cluster_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/dnnfs/dnnfs/cluster"
 	dfs "github.com/dnnfs/dnnfs/fs"
@@ -471,10 +474,12 @@ func testEtcdUnreachable(t *testing.T, e *env) {
 	}
 }
 
-// TestConcurrentReadersS3 loads a 256 MiB file written on a node that has
-// left (no holder) with three readers at once: at most one S3 GET per
-// chunk in all, the rest peer to peer.
-func TestConcurrentReadersS3(t *testing.T) {
+// TestS3Tier is about S3 requests: a 256 MiB file written on a node that
+// has left (no holder) loaded by three readers at once makes at most one
+// S3 GET per chunk in all, the rest peer to peer; after `dnnfs warmup`,
+// reads make no S3 request; objects of another bucket, attached, read on
+// two nodes at once with one GET per chunk, and are read-only.
+func TestS3Tier(t *testing.T) {
 	e := newEnv(t)
 	w := e.mount(t, "w", "127.0.0.4")
 	data := randomBytes(256<<20, 8)
@@ -543,5 +548,40 @@ func TestConcurrentReadersS3(t *testing.T) {
 	checkFile(t, nodes[2].Path("warm.bin"), warm)
 	if after := s3gets(); after != warmed {
 		t.Errorf("reads after warm-up made %d S3 chunk GETs, want none", after-warmed)
+	}
+
+	// Objects put into another bucket with an S3 client, attached on a,
+	// read byte-exact on b and c at once: one GET per chunk in all.
+	ctx := context.Background()
+	mc := e.s3.Client()
+	if err := mc.MakeBucket(ctx, "foreign", minio.MakeBucketOptions{Region: e.s3.Region}); err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string][]byte{"ds/a.bin": randomBytes(2*chunk+3, 10), "ds/sub/b.bin": randomBytes(1000, 11)}
+	for k, v := range objs {
+		if _, err := mc.PutObject(ctx, "foreign", k, bytes.NewReader(v), int64(len(v)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, stderr, code = harness.Run(t, "attach", "s3://foreign/ds", nodes[0].Path("data"))
+	if code != 0 || !strings.Contains(out, "2 files") {
+		t.Fatalf("dnnfs attach: exit %d\n%s%s", code, out, stderr)
+	}
+	before = s3gets()
+	var rw sync.WaitGroup
+	for _, n := range nodes[1:] {
+		rw.Add(1)
+		go func() {
+			defer rw.Done()
+			checkFile(t, n.Path("data", "a.bin"), objs["ds/a.bin"])
+			checkFile(t, n.Path("data", "sub", "b.bin"), objs["ds/sub/b.bin"])
+		}()
+	}
+	rw.Wait()
+	if got := s3gets() - before; got != 4 {
+		t.Errorf("two nodes reading 4 chunks of attached objects made %d S3 GETs, want 4", got)
+	}
+	if _, err := os.OpenFile(nodes[1].Path("data", "a.bin"), os.O_WRONLY, 0); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("open of an attached object for writing: %v, want EROFS", err)
 	}
 }
