@@ -489,6 +489,7 @@ func TestS3Tier(t *testing.T) {
 	for i, id := range []string{"a", "b", "c"} {
 		nodes = append(nodes, e.mount(t, id, fmt.Sprintf("127.0.0.%d", i+1)))
 	}
+	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	for i, n := range nodes {
@@ -505,11 +506,14 @@ func TestS3Tier(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	el := time.Since(start)
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("three nodes read %d MiB each at once in %v (%.0f MiB/s per reader)", len(data)>>20, el.Round(time.Millisecond),
+		float64(len(data)>>20)/el.Seconds())
 	chunks := int64(len(data) / chunk)
 	var gets, s3Hits int64
 	for _, n := range nodes {
