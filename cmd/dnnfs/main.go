@@ -106,7 +106,7 @@ var flagValues = map[string][]string{
 
 // fileFlags complete to file names, dirFlags to directories.
 var (
-	fileFlags = []string{"pool", "cpuprofile"}
+	fileFlags = []string{"pool", "cpuprofile", "cluster-token-file", "etcd-cert", "etcd-key", "etcd-cacert", "peer-cert", "peer-key", "peer-cacert"}
 	dirFlags  = []string{"ssd"}
 )
 

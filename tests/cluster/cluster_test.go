@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/cluster"
 	dfs "github.com/dnnfs/dnnfs/fs"
@@ -200,6 +201,7 @@ func TestCluster(t *testing.T) {
 	t.Run("ConflictingWriters", func(t *testing.T) { testConflictingWriters(t, a, b) })
 	t.Run("RenameUnlink", func(t *testing.T) { testRenameUnlink(t, a, b) })
 	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
+	t.Run("RejoinDropsSuperseded", func(t *testing.T) { testRejoin(t, e) })
 	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
 	t.Run("S3Stopped", func(t *testing.T) { testS3Stopped(t, e) })
 	t.Run("EtcdUnreachable", func(t *testing.T) { testEtcdUnreachable(t, e) })
@@ -417,6 +419,55 @@ func testKillHolder(t *testing.T, e *env, a, b, c *harness.FS) {
 	after := randomBytes(1234, 44)
 	writeFile(t, b.Path("after-remount.bin"), after)
 	checkFile(t, e.nodes["a"].Path("after-remount.bin"), after)
+}
+
+// fileState reads a file's cluster state (the trusted xattr, root only).
+func fileState(t *testing.T, path string) (st struct {
+	ID     string `json:"id"`
+	Ver    uint64 `json:"ver"`
+	Chunks string `json:"chunks"`
+}) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, cluster.XattrState, buf)
+	if err != nil {
+		t.Fatalf("getxattr %s %s: %v", path, cluster.XattrState, err)
+	}
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// testRejoin: a node that was away while a file it held got a new version
+// drops the old version's chunks when it mounts again, and reads the new.
+func testRejoin(t *testing.T, e *env) {
+	data := randomBytes(chunk+77, 12)
+	writeFile(t, e.nodes["a"].Path("rejoin.bin"), data)
+	c := e.nodes["c"]
+	checkFile(t, c.Path("rejoin.bin"), data)
+	old := fileState(t, c.Path("rejoin.bin"))
+	if old.Chunks != "0-1" {
+		t.Fatalf("c holds chunks %q of rejoin.bin, want 0-1", old.Chunks)
+	}
+	c.Unmount(e.top)
+	v2 := randomBytes(chunk+78, 13)
+	writeFile(t, e.nodes["b"].Path("rejoin.bin"), v2)
+	c = c.Remount(e.top)
+	e.nodes["c"] = c
+	st := fileState(t, c.Path("rejoin.bin"))
+	if st.ID != old.ID || st.Ver != old.Ver+1 || st.Chunks != "" {
+		t.Errorf("after rejoining, c's rejoin.bin is %+v: want version %d of %s, no chunk held", st, old.Ver+1, old.ID)
+	}
+	for _, h := range status(t, c).Held {
+		if h.ID == old.ID && h.Version == old.Ver {
+			t.Errorf("c still announces chunks %s of the superseded version", h.Chunks)
+		}
+	}
+	checkFile(t, c.Path("rejoin.bin"), v2)
+	if out, stderr, code := harness.Run(t, "status", c.Mnt); code != 0 || !strings.Contains(out, "cluster: node c") {
+		t.Errorf("dnnfs status: exit %d\n%s%s", code, out, stderr)
+	}
 }
 
 // testEtcdMemberLoss: one of three etcd members killed, the cluster works.
