@@ -322,6 +322,35 @@ func testWriteReadElsewhere(t *testing.T, e *env, a, b, c *harness.FS) {
 	copy(v2[100:], "patched")
 	checkFile(t, a.Path("ckpt", "w1.bin"), v2)
 	checkFile(t, b.Path("ckpt", "w1.bin"), v2)
+
+	// An append on a, past a chunk boundary.
+	f, err = os.OpenFile(a.Path("ckpt", "w1.bin"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := randomBytes(chunk, 14)
+	if _, err := f.Write(tail); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close (commit) of the append: %v", err)
+	}
+	v2 = append(v2, tail...)
+	checkFile(t, c.Path("ckpt", "w1.bin"), v2)
+
+	// An empty file, a deep directory, a mode.
+	if err := os.MkdirAll(b.Path("x", "y", "z"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, b.Path("x", "y", "z", "empty"), nil)
+	if err := os.WriteFile(b.Path("x", "y", "z", "ro"), []byte("r"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, c.Path("x", "y", "z", "empty"), nil)
+	fi, err := os.Stat(a.Path("x", "y", "z", "ro"))
+	if err != nil || fi.Mode().Perm() != 0o400 || fi.Size() != 1 {
+		t.Errorf("x/y/z/ro on a: %v %v, want mode 0400 and 1 byte", fi, err)
+	}
 }
 
 // testConflictingWriters: a second writer on another node gets EBUSY while
