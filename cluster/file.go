@@ -51,10 +51,14 @@ type file struct {
 	lock    *namespace.Writer
 	removed bool
 	src     string // an attached object's record (read-only); "" for dnnfs's own files
+	// pending: a newer version or the loss of the name was seen while the
+	// file was open here; the last close looks again (recheck).
+	pending bool
 	// inflight are the changed chunks a commit is uploading: neither
 	// served as the old version's nor filled over.
 	inflight namespace.Chunks
 	commitMu sync.Mutex       // one commit of the file at a time
+	lockMu   sync.Mutex       // this node's takes and gives of the writer lock, in order
 	ahead    namespace.Chunks // chunks being read ahead
 }
 
@@ -415,15 +419,20 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 		f.mu.Unlock()
 		return &Handle{f: f}, nil
 	}
+	// lockMu orders this node's takes and gives of the writer lock: a
+	// close's give (in etcd) ends before the next open's take.
+	f.lockMu.Lock()
 	f.mu.Lock()
-	if f.writers == 0 {
+	first, ver := f.writers == 0, f.ver
+	f.mu.Unlock()
+	if first {
 		w, err := n.ns.AcquireWriter(ctx, f.id)
 		switch {
 		case errors.Is(err, namespace.ErrWriterBusy):
-			f.mu.Unlock()
+			f.lockMu.Unlock()
 			return nil, fmt.Errorf("%w: %v", ErrWriterBusy, err)
-		case err != nil && f.ver > 0:
-			f.mu.Unlock()
+		case err != nil && ver > 0:
+			f.lockMu.Unlock()
 			return nil, ioErr("writer lock", err)
 		case err != nil:
 			// A file never committed has an id nobody knows: it is
@@ -431,11 +440,15 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 			// no node holds it), so creating files does not need etcd.
 			n.log.Debug("writing a new file without the writer lock", zap.String("id", string(f.id)), zap.Error(err))
 		}
+		f.mu.Lock()
 		f.lock = w
+		f.mu.Unlock()
 	}
+	f.mu.Lock()
 	f.writers++
 	f.opens++
 	f.mu.Unlock()
+	f.lockMu.Unlock()
 	h := &Handle{f: f, write: true}
 	// Holding the lock, nobody commits: the version checked now is the
 	// one this writer changes.
@@ -504,9 +517,15 @@ func (n *Node) Release(h *Handle) {
 		if err := n.commit(n.ctx, f); err != nil {
 			n.log.Error("commit at release failed; the file's changes stay local", zap.String("id", string(f.id)), zap.Error(err))
 		}
+		f.lockMu.Lock()
+		defer f.lockMu.Unlock()
 	}
 	f.mu.Lock()
 	f.opens--
+	recheck := f.opens == 0 && f.pending
+	if recheck {
+		f.pending = false
+	}
 	var w *namespace.Writer
 	if h.write {
 		f.writers--
@@ -519,6 +538,47 @@ func (n *Node) Release(h *Handle) {
 		if err := w.Release(n.ctx); err != nil {
 			n.log.Warn("releasing a writer lock (it ends with the node lease)", zap.String("id", string(f.id)), zap.Error(err))
 		}
+	}
+	if recheck {
+		go n.recheck(f)
+	}
+}
+
+// recheck does what the watches left undone while f was open: a newer
+// version replaces the local copy, a name removed (or given to another
+// file) elsewhere goes here too.
+func (n *Node) recheck(f *file) {
+	release, ok := n.usePool()
+	if !ok {
+		return
+	}
+	defer release()
+	n.revalidate(n.ctx, f)
+	path := n.pathOf(f.in)
+	if path == "" {
+		return
+	}
+	id, err := n.ns.Lookup(n.ctx, path)
+	if err == nil && id == f.id || err != nil && !errors.Is(err, namespace.ErrNotFound) {
+		return // still named so, or etcd cannot say
+	}
+	n.names.Lock()
+	dir, name, ok := n.parentOf(path)
+	var dropped bool
+	if ok {
+		if in, err := n.p.Lookup(dir, name); err == nil && in == f.in {
+			f.mu.Lock()
+			idle := f.opens == 0 && !f.dirty
+			f.mu.Unlock()
+			if idle && n.p.Unlink(dir, name) == nil {
+				n.Unlinked(in)
+				dropped = true
+			}
+		}
+	}
+	n.names.Unlock()
+	if dropped {
+		n.invalidateEntry(dir.Ino, name)
 	}
 }
 
@@ -977,10 +1037,13 @@ func (n *Node) fileEvent(ev namespace.FileEvent) {
 	}
 	f.mu.Lock()
 	stale := ev.Record.Version > f.ver && f.ver > 0
-	if stale && f.opens == 0 && !f.dirty {
+	switch {
+	case stale && f.opens == 0 && !f.dirty:
 		if err := n.resetLocked(f, ev.Record, ev.Rev); err != nil {
 			n.log.Warn("discarding an old version", zap.String("id", string(f.id)), zap.Error(err))
 		}
+	case stale:
+		f.pending = true // at the last close
 	}
 	f.mu.Unlock()
 	if stale {
@@ -1024,7 +1087,11 @@ func (n *Node) applyNameEvent(ev namespace.NameEvent) (core.Ino, string, *core.I
 		return dir.Ino, name, nil
 	}
 	f.mu.Lock()
-	drop := f.ver > 0 && f.opens == 0 && !f.dirty && (ev.Deleted || ev.ID != f.id)
+	gone := f.ver > 0 && (ev.Deleted || ev.ID != f.id)
+	drop := gone && f.opens == 0 && !f.dirty
+	if gone && !drop {
+		f.pending = true // at the last close
+	}
 	f.mu.Unlock()
 	if !drop {
 		return dir.Ino, name, nil

@@ -298,6 +298,8 @@ func testWriteReadElsewhere(t *testing.T, e *env, a, b, c *harness.FS) {
 	// Version 2, written on b: a's next open sees it whole.
 	v2 := randomBytes(chunk+999, 2)
 	writeFile(t, b.Path("ckpt", "w1.bin"), v2)
+	// The file watch brings a's idle copy (its kernel-cached size too) to
+	// version 2 by itself; an open would anyway.
 	waitFor(t, "a to see version 2's size", func() bool {
 		fi, err := os.Stat(a.Path("ckpt", "w1.bin"))
 		return err == nil && fi.Size() == int64(len(v2))
