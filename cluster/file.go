@@ -200,6 +200,11 @@ func (n *Node) invalidateEntry(dir core.Ino, name string) {
 	}
 }
 
+// away reports that this node has no lease (etcd has been unreachable for
+// longer than its TTL): reads of the pool then go on without asking etcd
+// first, instead of each waiting for a call to time out.
+func (n *Node) away() bool { return n.ns.Lease() == 0 }
+
 // uninterrupted keeps a FUSE request's values but not its cancellation:
 // the kernel interrupts a request for any signal to the caller (a Go
 // program gets them all the time, for preemption), and an etcd or S3 step
@@ -234,7 +239,7 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 		return nil, core.ErrNotFound
 	}
 	path := join(n.pathOf(dir), name)
-	if path == "" || namespace.CleanPath(path) != nil {
+	if path == "" || namespace.CleanPath(path) != nil || n.away() {
 		return nil, core.ErrNotFound
 	}
 	id, err := n.ns.Lookup(ctx, path)
@@ -256,8 +261,8 @@ func (n *Node) SyncDir(ctx context.Context, dir *core.Inode) {
 		return
 	}
 	path := n.pathOf(dir)
-	if path == "" && dir.Ino != n.p.Root().Ino {
-		return // unlinked
+	if path == "" && dir.Ino != n.p.Root().Ino || n.away() {
+		return // unlinked, or etcd away
 	}
 	ents, err := n.ns.List(ctx, path)
 	if err != nil {
@@ -369,7 +374,7 @@ func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 func (n *Node) revalidate(ctx context.Context, f *file) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ver == 0 || f.dirty || f.writers > 0 || f.removed {
+	if f.ver == 0 || f.dirty || f.writers > 0 || f.removed || n.away() {
 		return
 	}
 	rec, rev, err := n.ns.File(ctx, f.id)
