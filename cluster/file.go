@@ -85,7 +85,7 @@ func (n *Node) load(in *core.Inode) *file {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if f, ok := n.files[in.Ino]; ok {
+	if f, ok := n.files[in.Ino]; ok && f.in == in {
 		return f
 	}
 	b, err := n.p.Getxattr(in, XattrState)
@@ -116,16 +116,18 @@ func (n *Node) fileOf(in *core.Inode) *file {
 	n.mu.Lock()
 	f, ok := n.files[in.Ino]
 	n.mu.Unlock()
-	if ok {
+	if ok && f.in == in {
 		return f
 	}
+	// Not known, or the state of an earlier inode of that number (its
+	// last name went another way than Unlink: load replaces it).
 	return n.load(in)
 }
 
 // adopt makes a local file a cluster file (a new FileID, never committed).
 func (n *Node) adopt(in *core.Inode) (*file, error) {
 	n.mu.Lock()
-	if f, ok := n.files[in.Ino]; ok {
+	if f, ok := n.files[in.Ino]; ok && f.in == in {
 		n.mu.Unlock()
 		return f, nil
 	}
@@ -999,25 +1001,37 @@ func (n *Node) Rename(ctx context.Context, dir *core.Inode, name string, newDir 
 	defer n.names.Unlock()
 	in, err := n.p.Lookup(dir, name)
 	if err != nil {
-		return local()
+		return n.renameLocal(newDir, newName, local)
 	}
 	if !in.IsDir() {
 		f := n.fileOf(in)
 		if f == nil {
-			return local()
+			return n.renameLocal(newDir, newName, local)
 		}
 		f.mu.Lock()
 		committed := f.ver > 0
 		f.mu.Unlock()
 		if !committed {
-			return local()
+			return n.renameLocal(newDir, newName, local)
 		}
 	}
 	oldPath, newPath := join(n.pathOf(dir), name), join(n.pathOf(newDir), newName)
 	if err := n.ns.Rename(ctx, oldPath, newPath); err != nil && !errors.Is(err, namespace.ErrNotFound) {
 		return ioErr("rename "+oldPath, err)
 	}
-	return local()
+	return n.renameLocal(newDir, newName, local)
+}
+
+// renameLocal runs the pool's rename and forgets a file it replaced.
+func (n *Node) renameLocal(newDir *core.Inode, newName string, local func() error) error {
+	replaced, _ := n.p.Lookup(newDir, newName)
+	if err := local(); err != nil {
+		return err
+	}
+	if replaced != nil {
+		n.Unlinked(replaced) // its state goes with its last name
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------

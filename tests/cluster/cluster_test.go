@@ -404,6 +404,20 @@ func testRenameUnlink(t *testing.T, a, b *harness.FS) {
 		_, err := os.Stat(b.Path("tmp-ckpt", "x.bin"))
 		return errors.Is(err, os.ErrNotExist)
 	})
+	// A rename over another file, on b, of files written on a.
+	r1, r2 := randomBytes(300, 15), randomBytes(400, 16)
+	writeFile(t, a.Path("final-ckpt", "r1"), r1)
+	writeFile(t, a.Path("final-ckpt", "r2"), r2)
+	checkFile(t, b.Path("final-ckpt", "r2"), r2)
+	if err := os.Rename(b.Path("final-ckpt", "r1"), b.Path("final-ckpt", "r2")); err != nil {
+		t.Fatalf("rename over a file on b: %v", err)
+	}
+	checkFile(t, b.Path("final-ckpt", "r2"), r1)
+	checkFile(t, a.Path("final-ckpt", "r2"), r1)
+	waitFor(t, "a to drop r1", func() bool {
+		_, err := os.Stat(a.Path("final-ckpt", "r1"))
+		return errors.Is(err, os.ErrNotExist)
+	})
 	if err := os.Remove(b.Path("final-ckpt", "x.bin")); err != nil {
 		t.Fatalf("unlink on b: %v", err)
 	}
