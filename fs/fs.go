@@ -331,9 +331,12 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if t, ok := in.GetMTime(); ok {
 		sa.Mtime = &t
 	}
-	oldSize := int64(n.in.Attr().Size)
+	var oldSize int64 // for the cluster: a size change is a change to commit
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
+		if n.opts.Cluster != nil {
+			oldSize = int64(n.in.Attr().Size)
+		}
 	}
 	// utimes(2) with no times (each time set is "now"): the caller needs
 	// write access, not ownership, and an append-only file allows it.
