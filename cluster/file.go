@@ -244,7 +244,8 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 	if path == "" || namespace.CleanPath(path) != nil || n.away() {
 		return nil, core.ErrNotFound
 	}
-	id, err := n.ns.Lookup(ctx, path)
+	// The name and its record at one revision: one consistent view.
+	id, rec, rev, err := n.ns.Stat(ctx, path)
 	n.log.Debug("cluster lookup", zap.String("path", path), zap.String("id", string(id)), zap.Error(err))
 	switch {
 	case errors.Is(err, namespace.ErrIsDir):
@@ -252,7 +253,7 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 	case err != nil:
 		return nil, core.ErrNotFound
 	}
-	return n.place(ctx, dir, name, id)
+	return n.placeRec(ctx, dir, name, id, rec, rev)
 }
 
 // SyncDir creates placeholders for the names of a directory the pool does
@@ -305,6 +306,11 @@ func (n *Node) place(ctx context.Context, dir *core.Inode, name string, id names
 	if err != nil {
 		return nil, core.ErrNotFound
 	}
+	return n.placeRec(ctx, dir, name, id, rec, rev)
+}
+
+// placeRec is place with the record read.
+func (n *Node) placeRec(ctx context.Context, dir *core.Inode, name string, id namespace.FileID, rec namespace.FileRecord, rev int64) (*core.Inode, error) {
 	n.names.Lock()
 	defer n.names.Unlock()
 	if in, err := n.p.Lookup(dir, name); err == nil {
