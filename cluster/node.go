@@ -323,7 +323,8 @@ type Status struct {
 type HeldJSON struct {
 	ID      string `json:"id"`
 	Version uint64 `json:"version"`
-	Chunks  string `json:"chunks"`
+	Chunks  string `json:"chunks"` // ranges, "0-3,7"
+	Count   int    `json:"count"`  // how many
 }
 
 // Status returns the node's state and counters; nil when off.
@@ -349,7 +350,7 @@ func (n *Node) Status() *Status {
 	}
 	sort.Strings(s.Nodes)
 	for fv, c := range n.ns.Held() {
-		s.Held = append(s.Held, HeldJSON{ID: string(fv.File), Version: uint64(fv.Ver), Chunks: c.String()})
+		s.Held = append(s.Held, HeldJSON{ID: string(fv.File), Version: uint64(fv.Ver), Chunks: c.String(), Count: c.Len()})
 	}
 	sort.Slice(s.Held, func(i, j int) bool {
 		if s.Held[i].ID != s.Held[j].ID {

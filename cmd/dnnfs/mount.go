@@ -371,7 +371,7 @@ func runMount(args []string) error {
 	}
 	announceReady(readyPipe, *logFile, log)
 	log.Info("mounted", fields...)
-	mx.Serve(metrics.Sources{Pool: p, Tier: tier})
+	mx.Serve(metrics.Sources{Pool: p, Tier: tier, Cluster: cl})
 
 	go func() {
 		for sig := range sigs {

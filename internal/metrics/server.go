@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 )
@@ -51,11 +52,11 @@ func CheckAddr(addr string, allowRemote bool) error {
 	return nil
 }
 
-// Sources are what the metrics read when scraped. Tier sources (other
-// pools a cluster reads through) will be a field here.
+// Sources are what the metrics read when scraped.
 type Sources struct {
-	Pool *core.FS
-	Tier *embedding.Tier // nil without --ssd
+	Pool    *core.FS
+	Tier    *embedding.Tier // nil without --ssd
+	Cluster *cluster.Node   // nil without --etcd
 }
 
 // Server is a mount's metrics endpoint. A nil *Server is metrics off:
@@ -110,6 +111,9 @@ func (s *Server) Serve(src Sources) {
 	}
 	if src.Tier != nil {
 		s.reg.MustRegister(&tierCollector{t: src.Tier})
+	}
+	if src.Cluster != nil {
+		s.reg.MustRegister(&clusterCollector{n: src.Cluster})
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{

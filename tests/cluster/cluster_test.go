@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/cluster"
 	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/internal/metrics"
 	"github.com/dnnfs/dnnfs/tests/clusterenv"
 	"github.com/dnnfs/dnnfs/tests/harness"
 )
@@ -92,11 +94,11 @@ func (e *env) clusterArgs(t *testing.T, id, ip string) []string {
 		"--peer-listen", freeAddr(t, ip), "--cluster-token-file", e.token, "--peer-insecure", "--chunk-size", "16MiB"}
 }
 
-// mount starts node id on a fresh pool.
-func (e *env) mount(t *testing.T, id, ip string) *harness.FS {
+// mount starts node id on a fresh pool, with extra mount flags.
+func (e *env) mount(t *testing.T, id, ip string, extra ...string) *harness.FS {
 	t.Helper()
 	pool := harness.Mkfs(t, "700MiB")
-	args := e.clusterArgs(t, id, ip)
+	args := append(e.clusterArgs(t, id, ip), extra...)
 	e.args[id] = args
 	f := harness.Mount(t, pool, args...)
 	e.nodes[id] = f
@@ -583,7 +585,11 @@ func TestS3Tier(t *testing.T) {
 	w.Unmount(t) // its holder records go with it
 	var nodes []*harness.FS
 	for i, id := range []string{"a", "b", "c"} {
-		nodes = append(nodes, e.mount(t, id, fmt.Sprintf("127.0.0.%d", i+1)))
+		var extra []string
+		if id == "a" {
+			extra = []string{"--metrics-listen", "127.0.0.1:0"}
+		}
+		nodes = append(nodes, e.mount(t, id, fmt.Sprintf("127.0.0.%d", i+1), extra...))
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -621,6 +627,7 @@ func TestS3Tier(t *testing.T) {
 	if gets > chunks {
 		t.Errorf("%d S3 chunk GETs by three readers of %d chunks: want at most one per chunk", gets, chunks)
 	}
+	checkClusterMetrics(t, nodes[0])
 
 	// dnnfs warmup on a (of a file nobody holds: its writer left) puts
 	// every chunk in a home node's pool; reads on b and c then make no S3
@@ -683,5 +690,90 @@ func TestS3Tier(t *testing.T) {
 	}
 	if _, err := os.OpenFile(nodes[1].Path("data", "a.bin"), os.O_WRONLY, 0); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("open of an attached object for writing: %v, want EROFS", err)
+	}
+}
+
+// metricsURL is the /metrics URL a daemon logged when it bound
+// --metrics-listen.
+var metricsURL = regexp.MustCompile(`http://[0-9.:\[\]]+/metrics`)
+
+// checkClusterMetrics scrapes node f (mounted with --metrics-listen, idle
+// now) and checks the cluster series against its `dnnfs status --json`:
+// the same counters, read when scraped. Every dnnfs_cluster_ series is on
+// the Grafana dashboard and in README's "Metrics" section, and every one
+// the dashboard queries is in the scrape.
+func checkClusterMetrics(t *testing.T, f *harness.FS) {
+	t.Helper()
+	log, err := os.ReadFile(f.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := metricsURL.FindString(string(log))
+	if url == "" {
+		t.Fatalf("no metrics URL in %s's log", f.Mnt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fam, err := metrics.Scrape(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, f)
+	held := 0
+	for _, h := range st.Held {
+		held += h.Count
+	}
+	want := []struct {
+		name   string
+		labels []string
+		v      int64
+	}{
+		{"dnnfs_cluster_fetch_bytes_total", []string{"source", "local"}, st.Fetch.Local.Bytes},
+		{"dnnfs_cluster_fetch_bytes_total", []string{"source", "peer"}, st.Fetch.Peer.Bytes},
+		{"dnnfs_cluster_fetch_bytes_total", []string{"source", "home"}, st.Fetch.Home.Bytes},
+		{"dnnfs_cluster_fetch_bytes_total", []string{"source", "s3"}, st.Fetch.S3.Bytes},
+		{"dnnfs_cluster_fetch_chunks_total", []string{"source", "peer"}, st.Fetch.Peer.Hits},
+		{"dnnfs_cluster_fetch_requests_total", []string{"source", "home"}, st.Fetch.Home.Requests},
+		{"dnnfs_cluster_served_bytes_total", nil, st.Fetch.ServedBytes},
+		{"dnnfs_cluster_s3_bytes_total", []string{"direction", "get"}, st.S3.ChunkGetBytes},
+		{"dnnfs_cluster_live_nodes", nil, int64(len(st.Nodes))},
+		{"dnnfs_cluster_held_chunks", nil, int64(held)},
+	}
+	moved := int64(0)
+	for _, w := range want {
+		v, ok := fam.Value(w.name, w.labels...)
+		if !ok || int64(v) != w.v {
+			t.Errorf("%s%v = %v (present %v), status --json says %d", w.name, w.labels, v, ok, w.v)
+		}
+		moved += w.v
+	}
+	if moved == 0 {
+		t.Errorf("every cluster counter of %s is 0 after it read a 256 MiB file", f.Mnt)
+	}
+	dash, err := os.ReadFile("../../docs/grafana-dnnfs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Metrics\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, name := range regexp.MustCompile(`\bdnnfs_cluster_[a-z0-9_]+`).FindAllString(string(dash), -1) {
+		if !fam.Has(name) {
+			t.Errorf("the dashboard queries %s, which a cluster node's scrape does not have", name)
+		}
+	}
+	for name := range fam {
+		if !strings.HasPrefix(name, "dnnfs_cluster_") {
+			continue
+		}
+		if !strings.Contains(string(dash), name) {
+			t.Errorf("%s is not on the dashboard (docs/grafana-dnnfs.json)", name)
+		}
+		if !strings.Contains(section, "`"+name+"`") {
+			t.Errorf("%s is not in README's \"Metrics\" section", name)
+		}
 	}
 }
