@@ -18,8 +18,7 @@ func BenchmarkFetch(b *testing.B) {
 	const cs, n = 16 << 20, 8
 	e := newEnv(b)
 	f := e.commitSized(1, n, cs, n*cs)
-	dir := b.TempDir()
-	good := makePKI(b, dir, "bench")
+	good := makePKI(b)
 	srvTLS, err := peer.ServerTLS(good.cert, good.key, good.ca)
 	if err != nil {
 		b.Fatal(err)

@@ -1,21 +1,12 @@
 package peer_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/dnnfs/dnnfs/cluster/peer"
+	"github.com/dnnfs/dnnfs/tests/clusterenv"
 )
 
 // pki is a CA and one certificate it signed for 127.0.0.1, usable as
@@ -23,53 +14,10 @@ import (
 // --peer-key and --peer-cacert name them.
 type pki struct{ ca, cert, key string }
 
-func makePKI(t testing.TB, dir, name string) pki {
+func makePKI(t testing.TB) pki {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name + " node"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pki{ca: filepath.Join(dir, name+"-ca.pem"), cert: filepath.Join(dir, name+".pem"), key: filepath.Join(dir, name+"-key.pem")}
-	for path, block := range map[string]*pem.Block{
-		p.ca:   {Type: "CERTIFICATE", Bytes: caDER},
-		p.cert: {Type: "CERTIFICATE", Bytes: der},
-		p.key:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p
+	c := clusterenv.NewTestCerts(t)
+	return pki{ca: c.CA, cert: c.NodeCert, key: c.NodeKey}
 }
 
 // TestTLS: nodes serve and fetch chunks over mutual TLS from certificate
@@ -78,7 +26,7 @@ func makePKI(t testing.TB, dir, name string) pki {
 // every chunk (from S3), no error.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	good, other := makePKI(t, dir, "cluster"), makePKI(t, dir, "other")
+	good, other := makePKI(t), makePKI(t)
 	srvTLS, err := peer.ServerTLS(good.cert, good.key, good.ca)
 	if err != nil {
 		t.Fatal(err)

@@ -52,12 +52,18 @@ type member struct {
 	started int           // starts so far, for the log's name
 }
 
-// EtcdBin returns the etcd binary's path, or "" when there is none.
-func EtcdBin() string {
-	if p := os.Getenv(EtcdBinEnv); p != "" {
+// EtcdBin returns the etcd binary's path, or "" when there is none:
+// $DNNFS_ETCD_BIN, `etcd` on $PATH, or $GOPATH/bin, where `make deps`
+// builds it.
+func EtcdBin() string { return findBin(EtcdBinEnv, "etcd") }
+
+// findBin returns the path of an engine binary: $env, else name on $PATH,
+// else $GOPATH/bin/name; "" when there is none.
+func findBin(env, name string) string {
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
-	if p, err := exec.LookPath("etcd"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
 	gopath := os.Getenv("GOPATH")
@@ -65,7 +71,7 @@ func EtcdBin() string {
 		gopath = build.Default.GOPATH
 	}
 	for _, dir := range filepath.SplitList(gopath) {
-		p := filepath.Join(dir, "bin", "etcd")
+		p := filepath.Join(dir, "bin", name)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go/build"
 	"net"
 	"os"
 	"os/exec"
@@ -21,10 +20,6 @@ import (
 
 // S3BinEnv names the versitygw binary to use instead of looking it up.
 const S3BinEnv = "DNNFS_VERSITYGW_BIN"
-
-// s3RequireEnv is the package's RequireEnv (see the package doc), named
-// apart so this file stands on its own.
-const s3RequireEnv = "DNNFS_REQUIRE_CLUSTER"
 
 // s3StartWait bounds how long versitygw may take to answer; a guard against
 // a hung start, not a measurement.
@@ -54,25 +49,7 @@ type S3 struct {
 // VersitygwBin returns the versitygw binary's path, or "" when there is
 // none: $DNNFS_VERSITYGW_BIN, `versitygw` on $PATH, or $GOPATH/bin, where
 // `make deps` installs it.
-func VersitygwBin() string {
-	if p := os.Getenv(S3BinEnv); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		gopath = build.Default.GOPATH
-	}
-	for _, dir := range filepath.SplitList(gopath) {
-		p := filepath.Join(dir, "bin", "versitygw")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p
-		}
-	}
-	return ""
-}
+func VersitygwBin() string { return findBin(S3BinEnv, "versitygw") }
 
 // StartS3 starts versitygw on a free 127.0.0.1 port with its own temporary
 // directory, waits until it answers S3 requests and creates the bucket
@@ -82,10 +59,7 @@ func StartS3(t testing.TB) *S3 {
 	t.Helper()
 	bin := VersitygwBin()
 	if bin == "" {
-		if os.Getenv(s3RequireEnv) != "" {
-			t.Fatalf("clusterenv: versitygw not found and %s is set: run `make deps`, or set %s", s3RequireEnv, S3BinEnv)
-		}
-		t.Skipf("clusterenv: versitygw not found (run `make deps`, or set %s)", S3BinEnv)
+		needBinary(t, "versitygw", "run `make deps`, or set "+S3BinEnv)
 	}
 	if st, err := os.Stat(bin); err != nil || st.IsDir() {
 		t.Fatalf("clusterenv: versitygw binary %q: not a file (%v)", bin, err)

@@ -16,19 +16,23 @@ import (
 	"time"
 )
 
-// TestCerts is a throw-away CA with a server certificate for 127.0.0.1
-// and a client certificate, as PEM files in a t.TempDir.
+// TestCerts is a throw-away CA with a server certificate for 127.0.0.1, a
+// client certificate, and a node certificate for 127.0.0.1 to 127.0.0.5
+// good for both (a dnnfs node's chunk server serves and fetches: mutual
+// TLS), as PEM files in a t.TempDir.
 type TestCerts struct {
 	CA         string // CA certificate (PEM)
 	ServerCert string
 	ServerKey  string
 	ClientCert string
 	ClientKey  string
+	NodeCert   string
+	NodeKey    string
 	pool       *x509.CertPool
 	client     tls.Certificate
 }
 
-// NewTestCerts makes a CA and two certificates signed by it.
+// NewTestCerts makes a CA and three certificates signed by it.
 func NewTestCerts(t testing.TB) *TestCerts {
 	t.Helper()
 	dir := t.TempDir()
@@ -50,7 +54,7 @@ func NewTestCerts(t testing.TB) *TestCerts {
 	c := &TestCerts{CA: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
 	c.pool.AddCert(ca)
 	writePEM(t, c.CA, "CERTIFICATE", caDER)
-	issue := func(serial int64, name string, usage x509.ExtKeyUsage) (string, string) {
+	issue := func(serial int64, name string, ips []net.IP, usage ...x509.ExtKeyUsage) (string, string) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			t.Fatal(err)
@@ -58,8 +62,8 @@ func NewTestCerts(t testing.TB) *TestCerts {
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
+			IPAddresses: ips, DNSNames: []string{"localhost"},
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 		if err != nil {
@@ -74,8 +78,14 @@ func NewTestCerts(t testing.TB) *TestCerts {
 		writePEM(t, keyf, "EC PRIVATE KEY", kder)
 		return cert, keyf
 	}
-	c.ServerCert, c.ServerKey = issue(2, "server", x509.ExtKeyUsageServerAuth)
-	c.ClientCert, c.ClientKey = issue(3, "client", x509.ExtKeyUsageClientAuth)
+	local := []net.IP{net.IPv4(127, 0, 0, 1)}
+	c.ServerCert, c.ServerKey = issue(2, "server", local, x509.ExtKeyUsageServerAuth)
+	c.ClientCert, c.ClientKey = issue(3, "client", local, x509.ExtKeyUsageClientAuth)
+	var nodes []net.IP
+	for i := byte(1); i <= 5; i++ {
+		nodes = append(nodes, net.IPv4(127, 0, 0, i))
+	}
+	c.NodeCert, c.NodeKey = issue(4, "node", nodes, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if c.client, err = tls.LoadX509KeyPair(c.ClientCert, c.ClientKey); err != nil {
 		t.Fatal(err)
 	}
