@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -46,10 +45,9 @@ type member struct {
 	log     string // the process's stdout and stderr
 	client  string // http://127.0.0.1:port
 	peer    string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	started int           // starts so far, for the log's name
+	mu      sync.Mutex // started, log
+	started int        // starts so far, for the log's name
+	proc
 }
 
 // EtcdBin returns the etcd binary's path, or "" when there is none:
@@ -204,11 +202,6 @@ func (e *Etcd) spawn(i int) error {
 	defer m.mu.Unlock()
 	m.started++
 	m.log = filepath.Join(filepath.Dir(m.dir), fmt.Sprintf("%s.%d.log", m.name, m.started))
-	logf, err := os.Create(m.log)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	state := "new"
 	if m.started > 1 {
 		state = "existing"
@@ -235,21 +228,9 @@ func (e *Etcd) spawn(i int) error {
 		args = append(args, "--cert-file", e.certs.ServerCert, "--key-file", e.certs.ServerKey,
 			"--trusted-ca-file", e.certs.CA, "--client-cert-auth")
 	}
-	cmd := exec.Command(e.bin, args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	// The member dies with the test process even when the test binary is
-	// killed before its cleanups run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := m.launch(e.bin, args, m.log); err != nil {
 		return fmt.Errorf("starting etcd member %s: %w", m.name, err)
 	}
-	m.cmd = cmd
-	m.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) {
-		cmd.Wait()
-		close(exited)
-	}(cmd, m.exited)
 	return nil
 }
 
@@ -257,9 +238,7 @@ func (e *Etcd) spawn(i int) error {
 // leader and its cluster has a quorum).
 func (e *Etcd) waitHealthy(i int) error {
 	m := e.members[i]
-	m.mu.Lock()
-	exited := m.exited
-	m.mu.Unlock()
+	exited := m.done()
 	hc := e.httpClient()
 	deadline := time.Now().Add(startWait)
 	for {
@@ -330,20 +309,7 @@ func (e *Etcd) Endpoint(i int) string { return e.members[i].client }
 func (e *Etcd) Members() int { return len(e.members) }
 
 // Pid returns member i's process id, or 0 when it is not running.
-func (e *Etcd) Pid(i int) int {
-	m := e.members[i]
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil || m.cmd.Process == nil {
-		return 0
-	}
-	select {
-	case <-m.exited:
-		return 0
-	default:
-		return m.cmd.Process.Pid
-	}
-}
+func (e *Etcd) Pid(i int) int { return e.members[i].pid() }
 
 // Kill sends SIGKILL to member i by its pid and waits until it has exited.
 func (e *Etcd) Kill(i int) {
@@ -353,25 +319,7 @@ func (e *Etcd) Kill(i int) {
 	}
 }
 
-func (e *Etcd) kill(i int) error {
-	m := e.members[i]
-	m.mu.Lock()
-	cmd, exited := m.cmd, m.exited
-	m.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	select {
-	case <-exited:
-		return nil
-	default:
-	}
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	<-exited
-	return nil
-}
+func (e *Etcd) kill(i int) error { return e.members[i].kill() }
 
 // Restart starts member i again (after Kill) from its own data directory
 // and waits until it is healthy.

@@ -2,15 +2,12 @@ package clusterenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,12 +35,11 @@ type S3 struct {
 
 	t      testing.TB
 	bin    string
-	addr   string // 127.0.0.1:port
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
+	addr   string     // 127.0.0.1:port
+	mu     sync.Mutex // starts, log
 	starts int
 	log    string
+	proc
 }
 
 // VersitygwBin returns the versitygw binary's path, or "" when there is
@@ -111,32 +107,13 @@ func (s *S3) start() error {
 	s.mu.Lock()
 	s.starts++
 	s.log = filepath.Join(filepath.Dir(s.Dir), fmt.Sprintf("versitygw.%d.log", s.starts))
-	logf, err := os.Create(s.log)
-	if err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	cmd := exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey,
-		"--region", s.Region, "--port", s.addr, "--quiet", "posix", s.Dir)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	// The server dies with the test process even when the test binary is
-	// killed before its cleanups run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	logf.Close()
-	if err != nil {
-		s.mu.Unlock()
+	log := s.log
+	s.mu.Unlock()
+	if err := s.launch(s.bin, []string{"--access", s.AccessKey, "--secret", s.SecretKey,
+		"--region", s.Region, "--port", s.addr, "--quiet", "posix", s.Dir}, log); err != nil {
 		return fmt.Errorf("starting versitygw: %w", err)
 	}
-	s.cmd = cmd
-	s.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) {
-		cmd.Wait()
-		close(exited)
-	}(cmd, s.exited)
-	exited := s.exited
-	s.mu.Unlock()
+	exited := s.done()
 
 	// Ready means an authenticated request is answered: ListBuckets.
 	cli := s.Client()
@@ -176,19 +153,7 @@ func (s *S3) Client() *minio.Client {
 }
 
 // Pid returns the server's process id, or 0 when it is not running.
-func (s *S3) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	select {
-	case <-s.exited:
-		return 0
-	default:
-		return s.cmd.Process.Pid
-	}
-}
+func (s *S3) Pid() int { return s.pid() }
 
 // Stop kills the server (SIGKILL, by pid) and waits until it has exited:
 // the endpoint then refuses connections ("S3 unreachable").
@@ -197,25 +162,6 @@ func (s *S3) Stop() {
 	if err := s.kill(); err != nil {
 		s.t.Fatalf("clusterenv: killing versitygw: %v", err)
 	}
-}
-
-func (s *S3) kill() error {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	select {
-	case <-exited:
-		return nil
-	default:
-	}
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	<-exited
-	return nil
 }
 
 // Start starts the server again after Stop, on the same port and directory
