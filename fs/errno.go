@@ -4,6 +4,7 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 )
 
@@ -31,6 +32,8 @@ var errnos = []struct {
 	{core.ErrTable, syscall.EINVAL},
 	{core.ErrIO, syscall.EIO},
 	{core.ErrNoSuchOffset, syscall.ENXIO},
+	{cluster.ErrWriterBusy, syscall.EBUSY},
+	{cluster.ErrCluster, syscall.EIO},
 }
 
 // errno maps a pool error to the errno a kernel file system returns;

@@ -9,13 +9,15 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 )
 
 // handle is an open file.
 type handle struct {
 	appendMode bool
-	noAtime    bool // O_NOATIME
+	noAtime    bool            // O_NOATIME
+	cl         *cluster.Handle // a cluster file's open (nil: local only, or no cluster)
 }
 
 func (n *node) open(in *core.Inode, flags uint32) (gofs.FileHandle, uint32) {
@@ -39,12 +41,23 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err := n.p.CheckOpen(n.in, write, flags&syscall.O_APPEND != 0, flags&syscall.O_TRUNC != 0); err != nil {
 		return nil, 0, n.fail("open", err)
 	}
-	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	// The cluster's part (close-to-open, the writer lock) comes before the
+	// truncation, which only the lock holder may do.
+	cl, err := n.opts.Cluster.Open(ctx, n.in, write, trunc)
+	if err != nil {
+		return nil, 0, n.fail("open", err)
+	}
+	if trunc {
+		old := int64(n.in.Attr().Size)
 		if err := n.p.Truncate(n.in, 0); err != nil {
+			n.opts.Cluster.Release(cl)
 			return nil, 0, n.fail("open(O_TRUNC)", err)
 		}
+		n.opts.Cluster.Resized(n.in, old, 0)
 	}
 	fh, fl := n.open(n.in, flags)
+	fh.(*handle).cl = cl
 	return fh, fl, 0
 }
 
@@ -75,6 +88,9 @@ func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if h, ok := fh.(*handle); ok {
 		c.NoAtime = h.noAtime
 	}
+	if err := n.opts.Cluster.Fill(ctx, n.in, off, int64(len(dest))); err != nil {
+		return nil, n.fail("read", err) // chunks not in the pool yet come first
+	}
 	r, err := n.p.ReadAs(c, n.in, off, len(dest))
 	if err != nil {
 		return nil, n.fail("read", err)
@@ -97,6 +113,9 @@ func (n *fileNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte, o
 		}
 		return err
 	})
+	if k > 0 {
+		n.opts.Cluster.Wrote(n.in, off, int64(k))
+	}
 	if killed {
 		// The kernel caches the mode and learns of the change only so.
 		// Attributes only (offset -1): no page lock, safe while the
@@ -119,6 +138,7 @@ func (n *fileNode) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64,
 	if err := n.p.RetryNoSpace(func() error { return n.p.FallocateAs(callerOf(ctx), n.in, off, size, mode) }); err != nil {
 		return n.fail("fallocate", err)
 	}
+	n.opts.Cluster.Wrote(n.in, int64(off), int64(size))
 	if privs != 0 && n.in.Mode()&0o6000 != privs {
 		n.NotifyContent(-1, 0) // the kernel's cached mode is stale (see Write)
 	}
@@ -140,16 +160,29 @@ func (n *fileNode) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, wh
 	return o, 0
 }
 
-func (n *fileNode) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno { return 0 }
+// Flush (each close(2)) commits a cluster file's writer (DESIGN.md
+// §Cluster): a failed commit is this close's EIO.
+func (n *fileNode) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if h, ok := fh.(*handle); ok && h.cl != nil {
+		return n.fail("commit", n.opts.Cluster.Flush(ctx, h.cl))
+	}
+	return 0
+}
 
 func (n *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
 	if n.in.IsTable() {
 		return n.tableFsync()
 	}
-	return n.fail("fsync", n.p.Fsync(n.in))
+	if err := n.p.Fsync(n.in); err != nil {
+		return n.fail("fsync", err)
+	}
+	return n.fail("commit", n.opts.Cluster.Fsync(ctx, n.in))
 }
 
 func (n *fileNode) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
+	if h, ok := fh.(*handle); ok && h.cl != nil {
+		n.opts.Cluster.Release(h.cl)
+	}
 	if err := n.p.Released(n.in); err != nil {
 		n.opts.Log.Error("release failed; the inode stays an orphan until the next mount frees it",
 			zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
@@ -176,6 +209,7 @@ var (
 )
 
 func (n *dirNode) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.opts.Cluster.SyncDir(ctx, n.in) // names committed on other nodes
 	return &dirHandle{n: n}, 0, 0
 }
 

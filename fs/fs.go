@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
@@ -33,6 +34,9 @@ type Options struct {
 	PageCache bool
 	// Tier is the SSD tier for embedding tables; nil without --ssd.
 	Tier *embedding.Tier
+	// Cluster makes the pool's regular files the cluster's (issue #17,
+	// DESIGN.md §Cluster); nil without --etcd, and then nothing changes.
+	Cluster *cluster.Node
 }
 
 // maxWrite is the largest FUSE write (and read) request: 256 pages, the
@@ -262,6 +266,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if ch, ok := n.lookupChild(ctx, name, out); ok {
 			return ch, 0
 		}
+		if n.opts.Cluster != nil {
+			in, err = n.opts.Cluster.Lookup(ctx, n.in, name) // committed on another node
+		}
 	}
 	if err != nil {
 		return nil, errno(err)
@@ -324,6 +331,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if t, ok := in.GetMTime(); ok {
 		sa.Mtime = &t
 	}
+	oldSize := int64(n.in.Attr().Size)
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
 	}
@@ -334,6 +342,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		(!mtime || in.Valid&fuse.FATTR_MTIME_NOW != 0)
 	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
 		return n.fail("setattr", err)
+	}
+	if sa.Size != nil {
+		n.opts.Cluster.Resized(n.in, oldSize, int64(*sa.Size))
 	}
 	a := n.in.Attr()
 	fillAttr(&a, &out.Attr)
@@ -368,7 +379,13 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
+	cl, err := n.opts.Cluster.Open(ctx, in, true, true) // a new file: its writer lock
+	if err != nil {
+		_ = n.p.Unlink(n.in, name)
+		return nil, nil, 0, n.fail("create", err)
+	}
 	fh, fl := n.open(in, flags)
+	fh.(*handle).cl = cl
 	return ch, fh, fl, 0
 }
 
@@ -431,7 +448,9 @@ func (n *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.fail("unlink", n.p.Unlink(n.in, name))
+	// A cluster file's name goes from the namespace first: a failed
+	// transaction leaves both (DESIGN.md §Cluster).
+	return n.fail("unlink", n.opts.Cluster.Unlink(ctx, n.in, name, func() error { return n.p.Unlink(n.in, name) }))
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -443,7 +462,10 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if !ok {
 		return syscall.EXDEV
 	}
-	return n.fail("rename", n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags))
+	// The namespace first: a failed transaction leaves both.
+	return n.fail("rename", n.opts.Cluster.Rename(ctx, n.in, name, np.in, newName, func() error {
+		return n.p.RenameAs(callerOf(ctx), n.in, name, np.in, newName, flags)
+	}))
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -463,8 +485,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	v, ok := n.virtualXattr(attr)
-	if !ok && (attr == XattrSession || attr == XattrTable) {
-		return 0, syscall.ENODATA // no session open, not a table
+	if !ok && (attr == XattrSession || attr == XattrTable || attr == XattrWarmup) {
+		return 0, syscall.ENODATA // no session open, not a table, not a cluster file
 	}
 	if !ok {
 		var err error
@@ -484,6 +506,18 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return n.setTable(data)
 	case XattrMigrate:
 		return n.migrate(data)
+	case XattrWarmup:
+		i, err := strconv.ParseInt(strings.TrimPrefix(string(data), "chunk="), 10, 64)
+		if err != nil || !strings.HasPrefix(string(data), "chunk=") {
+			return syscall.EINVAL
+		}
+		if err := n.opts.Cluster.Warm(ctx, n.in, i); err != nil {
+			if errors.Is(err, cluster.ErrNotShared) {
+				return syscall.ENODATA
+			}
+			return n.fail("warm-up", err)
+		}
+		return 0
 	case XattrStatus:
 		// 'reset' on the root clears the SSD tier's latency histograms
 		// and counters (benchmarks measure one phase at a time).
@@ -508,8 +542,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		go n.NotifyContent(0, 0)
 		return 0
 	}
-	if _, ok := n.virtualXattr(attr); ok {
-		return syscall.EPERM // computed, not stored
+	if _, ok := n.virtualXattr(attr); ok || attr == cluster.XattrState {
+		return syscall.EPERM // computed, not stored; or the cluster's own
 	}
 	kill := flags&setxattrKillSGID != 0
 	flags &^= setxattrKillSGID
@@ -525,6 +559,9 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	}
 	if attr == XattrSession {
 		return n.fail("abandon session", n.p.AbandonSession(n.in))
+	}
+	if attr == cluster.XattrState {
+		return syscall.EPERM
 	}
 	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
 }

@@ -1,11 +1,13 @@
 package fs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/embedding"
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/internal/kv"
@@ -25,6 +27,10 @@ const (
 	// a segmented session, read it for its JSON state, remove it to
 	// abandon the session.
 	XattrSession = "user.dnnfs.session"
+	// XattrWarmup on a file of a cluster mount: read it for the committed
+	// version's chunks (cluster.WarmInfo), set 'chunk=N' to have chunk N
+	// pulled into its home node's pool (dnnfs warmup).
+	XattrWarmup = "user.dnnfs.warmup"
 )
 
 // parseSession reads 'threads=N,size=BYTES[,mode=write|read]'.
@@ -128,10 +134,13 @@ type StatusJSON struct {
 	// Embedding is the SSD tier (scheduler classes, devices, moves);
 	// absent without --ssd.
 	Embedding *embedding.Status `json:"embedding,omitempty"`
+	// Cluster is this node's cluster membership and fetch counters;
+	// absent without --etcd.
+	Cluster *cluster.Status `json:"cluster,omitempty"`
 }
 
-func statusJSON(p *core.FS, t *embedding.Tier) StatusJSON {
-	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}}
+func statusJSON(p *core.FS, t *embedding.Tier, c *cluster.Node) StatusJSON {
+	s := StatusJSON{LockMode: p.LockMode().String(), Counters: p.StatsSnapshot(), Files: []LocksJSON{}, Cluster: c.Status()}
 	if t != nil {
 		st := t.Status()
 		s.Embedding = &st
@@ -163,7 +172,7 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 	case name == XattrLocks && !n.in.IsDir():
 		v = locksJSON(n.p, n.in)
 	case name == XattrStatus && n.in.Ino == n.p.Root().Ino:
-		v = statusJSON(n.p, n.opts.Tier)
+		v = statusJSON(n.p, n.opts.Tier, n.opts.Cluster)
 	case name == XattrTable:
 		return n.tableXattr()
 	case name == XattrShards && n.in.IsTable() && n.opts.Tier != nil:
@@ -172,6 +181,12 @@ func (n *node) virtualXattr(name string) ([]byte, bool) {
 			return nil, false
 		}
 		v = tb.Shards()
+	case name == XattrWarmup && n.opts.Cluster != nil && !n.in.IsDir():
+		info, err := n.opts.Cluster.WarmInfo(context.Background(), n.in)
+		if err != nil {
+			return nil, false
+		}
+		v = info
 	case name == XattrSession && !n.in.IsDir():
 		info, ok := n.p.Session(n.in)
 		if !ok {

@@ -69,6 +69,11 @@ var commands = []command{
 		long: "Open an unmounted pool, run the mount's recovery, and list the segmented sessions left open\n" +
 			"with each segment's resume offset; --finish or --abandon closes the sessions named.",
 		run: runRecover, noArgs: true},
+	{use: "warmup PATH... [--bytes N] [--parallel N]", short: "pull files' chunks into the cluster's pools ahead of a job",
+		long: "On a cluster mount (--etcd), have the chunks of the files named (directories: every file below)\n" +
+			"pulled from S3 into their home nodes' pools, spread over the live nodes, so that reads\n" +
+			"then come from the pools; --bytes stops after that much.",
+		run: runWarmup},
 	{use: "version", short: "print the version", run: runVersion, noArgs: true},
 }
 

@@ -103,6 +103,7 @@ func runMount(args []string) error {
 	migrate := fl.Duration("migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
 	metricsListen := fl.String("metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (off by default; a loopback HOST unless --metrics-allow-remote)")
 	metricsRemote := fl.Bool("metrics-allow-remote", false, "let --metrics-listen bind a non-loopback address or every interface")
+	cf := clusterFlags(fl)
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -194,9 +195,19 @@ func runMount(args []string) error {
 	} else if busy {
 		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
 	}
+	if err := cf.check(*readOnly); err != nil {
+		return err
+	}
 	if !*foreground && readyPipe == nil {
 		return mountInBackground(args)
 	}
+	// The cluster (--etcd) is joined before the pool is opened: a bad
+	// configuration is a one-line error and the pool stays as it was.
+	cl, err := cf.dial(log)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	// The daemon (not the parent that waits for it) binds the metrics port.
 	var mx *metrics.Server // nil: metrics off
 	if *metricsListen != "" {
@@ -279,7 +290,12 @@ func runMount(args []string) error {
 			}
 		}
 	}
-	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, PageCache: *pageCache, Tier: tier})
+	if err := cl.Start(p); err != nil {
+		closeTier()
+		p.Close()
+		return fmt.Errorf("cluster: %w", err)
+	}
+	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, PageCache: *pageCache, Tier: tier, Cluster: cl})
 	opts := dfs.MountOptions(*poolPath, *allowOther, log)
 	// The atime mode shows in mountinfo like a local file system's (the
 	// kernel itself updates no atime on FUSE: the pool applies the rule).
@@ -328,6 +344,9 @@ func runMount(args []string) error {
 	if startErr == nil {
 		startErr = server.WaitMount()
 	}
+	if startErr == nil && cl != nil {
+		cl.SetNotifier(notifier{server})
+	}
 	if startErr != nil {
 		// Unmount before anything uses the half-started tier.
 		if err := server.Unmount(); err != nil {
@@ -373,6 +392,10 @@ func runMount(args []string) error {
 	}()
 	server.Wait()
 	mx.Close() // before the pool it reads
+	// The cluster too: its chunk server and watches read the pool.
+	if err := cl.Close(); err != nil {
+		log.Warn("leaving the cluster", zap.Error(err))
+	}
 	closeTier()
 	if err := p.Close(); err != nil {
 		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))

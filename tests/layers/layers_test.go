@@ -31,6 +31,7 @@ var layer = map[string]int{
 	"recovery":         4,
 	"core":             5,
 	"embedding":        6,
+	"cluster":          6, // the glue of #17: pool files as cluster files (core, peer, namespace, objstore)
 	"fs":               7,
 	"internal/metrics": 7, // reads core and embedding; wraps fs's raw file system without importing it
 	"cmd/dnnfs":        8,

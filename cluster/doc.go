@@ -1,0 +1,42 @@
+// Package cluster is the glue between a dnnfs pool (core) and the cluster
+// packages (issue #17; DESIGN.md §Cluster): it makes a regular file of the
+// pool a file of the cluster's one namespace.
+//
+// What it owns:
+//
+//   - Dial and Start: the connection to etcd (cluster/namespace), to S3
+//     (cluster/objstore) and the chunk server (cluster/peer) of one
+//     daemon, checked before the pool is opened, so that a bad
+//     configuration is a one-line error and leaves the pool untouched;
+//   - the per-file cluster state: a pool file that is a cluster file
+//     carries the xattr XattrState ({"id","ver","base","cs","chunks"}:
+//     its FileID, the committed version its bytes are of, the etcd mod
+//     revision of that version, the chunk size and the chunks of that
+//     version present in the pool), mirrored in memory;
+//   - placeholders: a name committed on another node becomes, at Lookup
+//     or Readdir, a local file of the right size, owner, mode and mtime
+//     with no chunk present;
+//   - lazy fill: a read first fetches the missing chunks it touches
+//     (peer.Fetch: local → holder → home → S3, one flight per chunk) and
+//     stores them in the file, so this node becomes a holder;
+//   - close-to-open: an open compares the file's version with the
+//     committed one and a newer version discards the local chunks;
+//   - the writer side: an open for writing takes the cluster's writer
+//     lock (ErrWriterBusy when another node holds it: EBUSY at the FUSE
+//     boundary), fills every chunk first unless it truncates, and fsync or
+//     close commits (changed chunks, then the manifest, then one etcd
+//     transaction; a failure is ErrCluster, EIO, and nothing new is
+//     visible);
+//   - unlink and rename go through the namespace transaction first;
+//   - peer.Local (chunks of the pool, served only when the local file
+//     holds exactly that version's chunk; chunks of files this node has no
+//     name for, filled for others as their home node, in a bounded memory
+//     cache) and peer.Directory (on cluster/namespace);
+//   - watches: a commit or a name change on another node invalidates the
+//     kernel's cached attributes and entries here (Notifier).
+//
+// What it must not do: import fs or speak syscall.Errno (fs maps its
+// sentinels, ErrWriterBusy and ErrCluster), change anything when the cluster is off (fs
+// and cmd/dnnfs hold a nil *Node then, and every method of a nil *Node
+// does nothing), or let core import it.
+package cluster

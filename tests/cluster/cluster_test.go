@@ -1,0 +1,547 @@
+// Package cluster_test runs real dnnfs daemons as one cluster (issue #17,
+// DESIGN.md §Cluster): a real 3-member etcd cluster and a real versitygw
+// S3 server (tests/clusterenv), and three or four dnnfs daemons with their
+// own pools, their chunk servers on 127.0.0.1, .2, .3 (and .4).
+//
+// Run with:
+//
+//	go build -race -o bin/dnnfs-race ./cmd/dnnfs && mkdir -p /dev/shm/dnnfs-test-cluster &&
+//	DNNFS_BIN=$PWD/bin/dnnfs-race TMPDIR=/dev/shm/dnnfs-test-cluster go test -race -count=1 ./tests/cluster/
+package cluster_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dnnfs/dnnfs/cluster"
+	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/tests/clusterenv"
+	"github.com/dnnfs/dnnfs/tests/harness"
+)
+
+func TestMain(m *testing.M) {
+	// The race runtime's 1 s sleep at exit would be paid by every command.
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	code := m.Run()
+	harness.RemoveBuiltBinary()
+	os.Exit(code)
+}
+
+const chunk = 16 << 20
+
+// env is one cluster: etcd, S3, a token and the daemons.
+type env struct {
+	etcd   *clusterenv.Etcd
+	s3     *clusterenv.S3
+	token  string
+	prefix string
+	nodes  map[string]*harness.FS
+	args   map[string][]string
+	top    *testing.T // the test the daemons belong to
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{etcd: clusterenv.StartEtcd(t, 3), s3: clusterenv.StartS3(t), prefix: "/dnnfs-test",
+		nodes: map[string]*harness.FS{}, args: map[string][]string{}, top: t}
+	t.Setenv("AWS_ACCESS_KEY_ID", e.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", e.s3.SecretKey)
+	t.Setenv("AWS_REGION", e.s3.Region)
+	e.token = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(e.token, []byte("s3cr3t-cluster-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// freeAddr returns a free TCP address on ip.
+func freeAddr(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("listen on %s: %v", ip, err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// clusterArgs are the mount flags of node id with its chunk server on ip.
+func (e *env) clusterArgs(t *testing.T, id, ip string) []string {
+	return []string{"--etcd", strings.Join(e.etcd.Endpoints(), ","), "--etcd-prefix", e.prefix,
+		"--s3-endpoint", e.s3.Endpoint, "--s3-bucket", e.s3.Bucket, "--node-id", id,
+		"--peer-listen", freeAddr(t, ip), "--cluster-token-file", e.token, "--peer-insecure", "--chunk-size", "16MiB"}
+}
+
+// mount starts node id on a fresh pool.
+func (e *env) mount(t *testing.T, id, ip string) *harness.FS {
+	t.Helper()
+	pool := harness.Mkfs(t, "700MiB")
+	args := e.clusterArgs(t, id, ip)
+	e.args[id] = args
+	f := harness.Mount(t, pool, args...)
+	e.nodes[id] = f
+	return f
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for k := 0; k < 8; k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+	return b
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("create %s: %v", path, err)
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if _, err := f.Write(data[off:min(off+1<<20, len(data))]); err != nil {
+			t.Fatalf("write %s: %v", path, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close %s (the commit): %v", path, err)
+	}
+}
+
+func checkFile(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: %d bytes, sha256 %x; want %d bytes, sha256 %x", path, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+}
+
+// status reads a node's `dnnfs status --json` cluster section.
+func status(t *testing.T, f *harness.FS) *cluster.Status {
+	t.Helper()
+	out, stderr, code := harness.Run(t, "status", "--json", f.Mnt)
+	if code != 0 {
+		t.Fatalf("dnnfs status --json %s: exit %d: %s", f.Mnt, code, stderr)
+	}
+	var st dfs.StatusJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status JSON: %v\n%s", err, out)
+	}
+	if st.Cluster == nil {
+		t.Fatalf("status --json of %s has no cluster section:\n%s", f.Mnt, out)
+	}
+	return st.Cluster
+}
+
+// waitFor polls cond (a state another node or etcd reaches in its own
+// time: a lease expiring, a watch delivered) until it holds or 30 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestCluster runs the cluster's behaviours on one set of engines and
+// daemons (starting them is most of the time), the destructive ones last.
+func TestCluster(t *testing.T) {
+	e := newEnv(t)
+	a := e.mount(t, "a", "127.0.0.1")
+	b := e.mount(t, "b", "127.0.0.2")
+	// Node c is mounted through -o options, as mount(8) hands them over.
+	pool := harness.Mkfs(t, "700MiB")
+	cargs := e.clusterArgs(t, "c", "127.0.0.3")
+	var opts []string
+	for i := 0; i < len(cargs); i += 2 {
+		if cargs[i] == "--peer-insecure" {
+			opts = append(opts, "peer-insecure")
+			i--
+			continue
+		}
+		opts = append(opts, strings.TrimPrefix(cargs[i], "--")+"="+cargs[i+1])
+	}
+	c := harness.Mount(t, pool, "-o", strings.Join(opts, ","))
+	e.nodes["c"] = c
+
+	t.Run("BadConfig", func(t *testing.T) { testBadConfig(t, e) })
+	t.Run("WriteOnAReadOnBC", func(t *testing.T) { testWriteReadElsewhere(t, e, a, b, c) })
+	t.Run("ConflictingWriters", func(t *testing.T) { testConflictingWriters(t, a, b) })
+	t.Run("RenameUnlink", func(t *testing.T) { testRenameUnlink(t, a, b) })
+	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
+	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
+	t.Run("S3Stopped", func(t *testing.T) { testS3Stopped(t, e) })
+	t.Run("EtcdUnreachable", func(t *testing.T) { testEtcdUnreachable(t, e) })
+}
+
+// testBadConfig: each bad configuration is a one-line error, a non-zero
+// exit, and a pool byte for byte as before.
+func testBadConfig(t *testing.T, e *env) {
+	pool := harness.Mkfs(t, "64MiB")
+	before, err := os.ReadFile(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	dead := freeAddr(t, "127.0.0.1") // nothing listens there
+	good := func(id string) []string { return e.clusterArgs(t, id, "127.0.0.5") }
+	set := func(args []string, flag, val string) []string {
+		out := append([]string(nil), args...)
+		for i := range out {
+			if out[i] == flag {
+				out[i+1] = val
+				return out
+			}
+		}
+		return append(out, flag, val)
+	}
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"etcd unreachable", set(good("x1"), "--etcd", "http://"+dead), nil, dead},
+		{"bad credentials", good("x2"), []string{"AWS_SECRET_ACCESS_KEY=wrong"}, "credentials"},
+		{"wrong bucket", set(good("x3"), "--s3-bucket", "no-such-bucket"), nil, "bucket"},
+		{"duplicate node id", good("a"), nil, "already registered"},
+		{"missing token file", set(good("x4"), "--cluster-token-file", filepath.Join(mnt, "none")), nil, "token"},
+		{"S3 unreachable", set(good("x5"), "--s3-endpoint", "http://"+dead), nil, "unreachable"},
+	}
+	// The cases wait for timeouts (an unreachable endpoint): at once.
+	var wg sync.WaitGroup
+	for _, tc := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(harness.Binary(t), append([]string{"mount", "--pool", pool, mnt, "-f"}, tc.args...)...)
+			cmd.Env = append(os.Environ(), tc.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Errorf("%s: dnnfs mount: %v, want a non-zero exit", tc.name, err)
+				return
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, tc.want) {
+				t.Errorf("%s: stderr %q: want one line naming %q", tc.name, msg, tc.want)
+			}
+		}()
+	}
+	wg.Wait()
+	after, err := os.ReadFile(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatalf("the pool changed")
+	}
+}
+
+// testWriteReadElsewhere: a file written on a is read byte-exact on b and
+// c, from a's pool (peer), and a new version is seen at the next open.
+func testWriteReadElsewhere(t *testing.T, e *env, a, b, c *harness.FS) {
+	data := randomBytes(2*chunk+12345, 1)
+	writeFile(t, a.Path("ckpt", "w1.bin"), data)
+	checkFile(t, b.Path("ckpt", "w1.bin"), data)
+	checkFile(t, c.Path("ckpt", "w1.bin"), data)
+	ents, err := os.ReadDir(c.Path("ckpt"))
+	if err != nil || len(ents) != 1 || ents[0].Name() != "w1.bin" {
+		t.Fatalf("ls ckpt on c: %v %v", ents, err)
+	}
+	st := status(t, b)
+	if st.Node != "b" || len(st.Nodes) != 3 {
+		t.Errorf("status of b: node %q, live %v; want b and 3 live nodes", st.Node, st.Nodes)
+	}
+	if st.Fetch.Peer.Bytes+st.Fetch.Home.Bytes < int64(len(data)) || st.Fetch.S3.Hits != 0 {
+		t.Errorf("b fetched peer %d + home %d bytes, %d chunks from S3; want the whole file from peers, none from S3",
+			st.Fetch.Peer.Bytes, st.Fetch.Home.Bytes, st.Fetch.S3.Hits)
+	}
+	if len(st.Held) == 0 {
+		t.Errorf("b holds no chunks after reading the file")
+	}
+	// Version 2, written on b: a's next open sees it whole.
+	v2 := randomBytes(chunk+999, 2)
+	writeFile(t, b.Path("ckpt", "w1.bin"), v2)
+	waitFor(t, "a to see version 2's size", func() bool {
+		fi, err := os.Stat(a.Path("ckpt", "w1.bin"))
+		return err == nil && fi.Size() == int64(len(v2))
+	})
+	checkFile(t, a.Path("ckpt", "w1.bin"), v2)
+	checkFile(t, c.Path("ckpt", "w1.bin"), v2)
+
+	// A partial rewrite on c keeps the chunks it did not touch.
+	f, err := os.OpenFile(c.Path("ckpt", "w1.bin"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("patched"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync (commit) on c: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(v2[100:], "patched")
+	checkFile(t, a.Path("ckpt", "w1.bin"), v2)
+	checkFile(t, b.Path("ckpt", "w1.bin"), v2)
+}
+
+// testConflictingWriters: a second writer on another node gets EBUSY while
+// the first has the file open for writing.
+func testConflictingWriters(t *testing.T, a, b *harness.FS) {
+	writeFile(t, a.Path("conflict.bin"), []byte("v1"))
+	fa, err := os.OpenFile(a.Path("conflict.bin"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.OpenFile(b.Path("conflict.bin"), os.O_WRONLY, 0)
+	if !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("second writer on b: %v, want EBUSY", err)
+	}
+	// Readers are not writers.
+	checkFile(t, b.Path("conflict.bin"), []byte("v1"))
+	if _, err := fa.WriteAt([]byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The lock goes with the kernel's RELEASE, which follows close(2)
+	// asynchronously.
+	waitFor(t, "b to get the writer lock a gave up", func() bool {
+		fb, err := os.OpenFile(b.Path("conflict.bin"), os.O_WRONLY, 0)
+		if errors.Is(err, syscall.EBUSY) {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("writer on b after a closed: %v", err)
+		}
+		fb.Close()
+		return true
+	})
+	checkFile(t, b.Path("conflict.bin"), []byte("v2"))
+}
+
+// testRenameUnlink: renames and unlinks on one node show on the others.
+func testRenameUnlink(t *testing.T, a, b *harness.FS) {
+	data := randomBytes(1000, 3)
+	writeFile(t, a.Path("tmp-ckpt", "x.bin"), data)
+	checkFile(t, b.Path("tmp-ckpt", "x.bin"), data)
+	if err := os.Rename(a.Path("tmp-ckpt"), a.Path("final-ckpt")); err != nil {
+		t.Fatalf("rename the directory on a: %v", err)
+	}
+	checkFile(t, b.Path("final-ckpt", "x.bin"), data)
+	waitFor(t, "b to drop the old name", func() bool {
+		_, err := os.Stat(b.Path("tmp-ckpt", "x.bin"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if err := os.Remove(b.Path("final-ckpt", "x.bin")); err != nil {
+		t.Fatalf("unlink on b: %v", err)
+	}
+	waitFor(t, "a to drop the unlinked name", func() bool {
+		_, err := os.Stat(a.Path("final-ckpt", "x.bin"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
+// testKillHolder: a holder killed (-9) while a reader loads from it costs
+// the reader no error.
+func testKillHolder(t *testing.T, e *env, a, b, c *harness.FS) {
+	data := randomBytes(4*chunk, 4)
+	writeFile(t, a.Path("kill.bin"), data)
+	checkFile(t, b.Path("kill.bin"), data) // b holds it too
+	f, err := os.Open(c.Path("kill.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(data))
+	if _, err := io.ReadFull(f, got[:chunk/2]); err != nil {
+		t.Fatal(err)
+	}
+	a.Kill(t)
+	if _, err := io.ReadFull(f, got[chunk/2:]); err != nil {
+		t.Fatalf("reading on after the holder a was killed: %v", err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("kill.bin on c differs after the holder was killed")
+	}
+	// a comes back with its pool once its lease is gone (until then its
+	// node id is taken): it holds its chunks again.
+	waitFor(t, "a's lease to expire", func() bool {
+		for _, n := range status(t, b).Nodes {
+			if n == "a" {
+				return false
+			}
+		}
+		return true
+	})
+	e.nodes["a"] = a.Remount(e.top) // it outlives this subtest
+	checkFile(t, e.nodes["a"].Path("kill.bin"), data)
+	after := randomBytes(1234, 44)
+	writeFile(t, b.Path("after-remount.bin"), after)
+	checkFile(t, e.nodes["a"].Path("after-remount.bin"), after)
+}
+
+// testEtcdMemberLoss: one of three etcd members killed, the cluster works.
+func testEtcdMemberLoss(t *testing.T, e *env) {
+	e.etcd.Kill(0)
+	data := randomBytes(chunk+7, 5)
+	writeFile(t, e.nodes["b"].Path("member-loss.bin"), data)
+	checkFile(t, e.nodes["c"].Path("member-loss.bin"), data)
+	checkFile(t, e.nodes["a"].Path("member-loss.bin"), data)
+	e.etcd.Restart(0)
+}
+
+// testS3Stopped: with S3 down, chunks held by peers still load; a commit
+// fails with EIO.
+func testS3Stopped(t *testing.T, e *env) {
+	data := randomBytes(2*chunk, 6)
+	writeFile(t, e.nodes["a"].Path("s3down.bin"), data)
+	e.s3.Stop()
+	defer e.s3.Start()
+	checkFile(t, e.nodes["b"].Path("s3down.bin"), data)
+	f, err := os.Create(e.nodes["c"].Path("s3down-new.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync of a new file with S3 down: %v, want EIO", err)
+	}
+	f.Close()
+	if _, err := os.Stat(e.nodes["a"].Path("s3down-new.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a uncommitted file is visible on a: %v", err)
+	}
+}
+
+// testEtcdUnreachable: with every etcd member down, committed files read
+// from the local pools, and a commit fails with EIO on fsync.
+func testEtcdUnreachable(t *testing.T, e *env) {
+	data := randomBytes(chunk+3, 7)
+	writeFile(t, e.nodes["a"].Path("etcd-down.bin"), data)
+	checkFile(t, e.nodes["b"].Path("etcd-down.bin"), data)
+	e.etcd.KillAll()
+	checkFile(t, e.nodes["a"].Path("etcd-down.bin"), data)
+	checkFile(t, e.nodes["b"].Path("etcd-down.bin"), data)
+	f, err := os.OpenFile(e.nodes["a"].Path("etcd-down-new.bin"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("create with etcd down: %v", err)
+	}
+	f.Write([]byte("new"))
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync with etcd down: %v, want EIO", err)
+	}
+	f.Close()
+	for i := 0; i < e.etcd.Members(); i++ {
+		e.etcd.StartMember(i)
+	}
+}
+
+// TestConcurrentReadersS3 loads a 256 MiB file written on a node that has
+// left (no holder) with three readers at once: at most one S3 GET per
+// chunk in all, the rest peer to peer.
+func TestConcurrentReadersS3(t *testing.T) {
+	e := newEnv(t)
+	w := e.mount(t, "w", "127.0.0.4")
+	data := randomBytes(256<<20, 8)
+	writeFile(t, w.Path("big.bin"), data)
+	w.Unmount(t) // its holder records go with it
+	var nodes []*harness.FS
+	for i, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, e.mount(t, id, fmt.Sprintf("127.0.0.%d", i+1)))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := os.ReadFile(n.Path("big.bin"))
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !bytes.Equal(got, data):
+				errs[i] = fmt.Errorf("%s: content differs", n.Mnt)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunks := int64(len(data) / chunk)
+	var gets, s3Hits int64
+	for _, n := range nodes {
+		st := status(t, n)
+		gets += st.S3.ChunkGets
+		s3Hits += st.Fetch.S3.Hits
+		t.Logf("%s: local %+v peer %+v home %+v s3 %+v; S3 chunk GETs %d", st.Node, st.Fetch.Local, st.Fetch.Peer, st.Fetch.Home, st.Fetch.S3, st.S3.ChunkGets)
+	}
+	if gets > chunks {
+		t.Errorf("%d S3 chunk GETs by three readers of %d chunks: want at most one per chunk", gets, chunks)
+	}
+
+	// dnnfs warmup on a (of a file nobody holds: its writer left) puts
+	// every chunk in a home node's pool; reads on b and c then make no S3
+	// request.
+	w = w.Remount(t)
+	warm := randomBytes(4*chunk+5, 9)
+	writeFile(t, w.Path("warm.bin"), warm)
+	w.Unmount(t)
+	s3gets := func() (n int64) {
+		for _, nd := range nodes {
+			n += status(t, nd).S3.ChunkGets
+		}
+		return n
+	}
+	before := s3gets()
+	out, stderr, code := harness.Run(t, "warmup", nodes[0].Path("warm.bin"))
+	if code != 0 || !strings.Contains(out, "warmed 5 chunks") {
+		t.Fatalf("dnnfs warmup: exit %d\n%s%s", code, out, stderr)
+	}
+	warmed := s3gets()
+	if warmed-before != 5 {
+		t.Errorf("warm-up of 5 chunks made %d S3 chunk GETs, want 5", warmed-before)
+	}
+	checkFile(t, nodes[1].Path("warm.bin"), warm)
+	checkFile(t, nodes[2].Path("warm.bin"), warm)
+	if after := s3gets(); after != warmed {
+		t.Errorf("reads after warm-up made %d S3 chunk GETs, want none", after-warmed)
+	}
+}
