@@ -86,6 +86,7 @@ type resultsFile struct {
 	DaemonLogs   map[string][]string `json:"daemon_logs"`
 	Profiles     []profileOut        `json:"profiles,omitempty"`
 	Micro        string              `json:"go_micro_benchmarks,omitempty"`
+	Cluster      *clusterResults     `json:"cluster,omitempty"`
 }
 
 type systemInfo struct {
@@ -112,7 +113,7 @@ func (b *Bench) report(logs map[string][]string, systems []*System) error {
 		}
 	}
 	res := resultsFile{Machine: b.machine, Params: b.p, Elapsed: b.elapsed.Seconds(), Configs: configs,
-		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro}
+		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro, Cluster: b.cluster}
 	for _, s := range systems {
 		res.Systems = append(res.Systems, systemInfo{s.Name, s.Desc, s.mountCmd})
 	}
@@ -422,6 +423,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	b.goalsSection(&w, st, all)
+	b.clusterSection(&w)
 
 	if b.micro != "" {
 		pr("## Go micro-benchmarks\n\n")
@@ -627,7 +629,7 @@ func reportOnly(o options) error {
 	p.persTime, _ = time.ParseDuration(p.PersTime)
 	p.appendTime, _ = time.ParseDuration(p.AppendTime)
 	b := &Bench{o: o, p: p, repo: repo, out: out, started: time.Now(), machine: res.Machine, meas: res.Measurements,
-		failures: res.Failures, profiles: res.Profiles, micro: res.Micro,
+		failures: res.Failures, profiles: res.Profiles, micro: res.Micro, cluster: res.Cluster,
 		elapsed: time.Duration(res.Elapsed * float64(time.Second)), active: map[*System]bool{}}
 	for _, c := range res.Configs {
 		registerConfig(c)
