@@ -169,8 +169,8 @@ func ratioText(r *Ratio, format string) string {
 		return "—"
 	}
 	s := fmt.Sprintf(format, r.Median)
-	if r.N > 1 {
-		s += fmt.Sprintf(" ("+format+"–"+format+")", r.Min, r.Max)
+	if lo, hi := fmt.Sprintf(format, r.Min), fmt.Sprintf(format, r.Max); r.N > 1 && lo != hi {
+		s += " (" + lo + "–" + hi + ")"
 	}
 	return s
 }

@@ -524,16 +524,18 @@ const fullNote = "about 40 minutes on an idle 2-core machine"
 // fullNote2 says how full mode is sized, from its parameters.
 func fullNote2() string {
 	f := newParams(options{})
-	all := []string{"fio", "personality", "checkpoint", "fresh", "append"}
+	all := []string{"fio", "personality", "checkpoint", "fresh", "append", "cluster"}
 	return fmt.Sprintf("**Full mode** is sized for about 40 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
 		"%s per fio configuration, in %s time-based runs (cold reads: up to %s), so the %d fio configurations × 3 (write, cold read, warm read) × 4 systems × %d runs stay near 20 minutes including a remount before every cold read; "+
 		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory; "+
-		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes). "+
-		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint.",
+		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
+		"issue #17's cluster phase loading a %s checkpoint (section 5; about 5 minutes a run). "+
+		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint, a %s cluster checkpoint.",
 		f.estimate(systemCount{mem: 4, disk: 2}, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
-		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime,
+		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime, sizeName(f.ClusterBytes),
 		sizeName(newParams(options{quick: true}).MatrixBytes), blockList(newParams(options{quick: true}).Blocks),
-		groupList(newParams(options{quick: true}).Groups), newParams(options{quick: true}).Threads, sizeName(newParams(options{quick: true}).CkptBytes))
+		groupList(newParams(options{quick: true}).Groups), newParams(options{quick: true}).Threads, sizeName(newParams(options{quick: true}).CkptBytes),
+		sizeName(newParams(options{quick: true}).ClusterBytes))
 }
 
 func (b *Bench) table(w *strings.Builder, st *stats, present []string, rcols [][2]string, head string, rows []Config, label func(Config) string) {
