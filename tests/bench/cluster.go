@@ -96,7 +96,7 @@ type clusterReader struct {
 	Home    int64  `json:"home_bytes"`
 	S3      int64  `json:"s3_bytes"`
 	S3Gets  int64  `json:"s3_gets"`
-	S3Fetch int64  `json:"s3_fetch_bytes"` // the s3 source of its own reads
+	S3Fetch int64  `json:"s3_fetch_bytes"` // the s3 source of its fetches (its own reads and fills as a home)
 	Served  int64  `json:"served_bytes"`   // bytes its chunk server sent to others
 	Err     string `json:"error,omitempty"`
 }

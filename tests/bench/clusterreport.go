@@ -237,7 +237,7 @@ func (b *Bench) clusterSection(w *strings.Builder) {
 		pr("| %s | %s | %s | %s | %s | %s |\n", row.Label, dn, s3o, ratioText(res.speedup(row), "%.2f×"), s3b, ratioText(res.s3Share(row), "%.2f×"))
 	}
 	pr("\n")
-	pr("Where the readers' chunks came from (bytes summed over the row's readers, median over the runs, as multiples of the file size; `dnnfs status --json`, `fetch`): **local** = already in the reader's pool, **peer** = from a node holding the chunk, **home** = from the chunk's home node (which filled it from S3 once for all askers), **S3** = read from S3 by the reader itself (it was the chunk's home).\n\n")
+	pr("Where the chunks came from: the fetch counters of the row's nodes (`fetch` in `dnnfs status --json`, read after the round, so a staggered round's home fills made while reader 1 read count on readers 2–4), summed over the row's readers, median over the runs, as multiples of the file size. **local** = already in the node's pool, **peer** = from a node holding the chunk, **home** = from the chunk's home node (which fills it from S3 once for all askers), **S3** = from S3 by the node itself: as the chunk's home, for its own reads and for the others'.\n\n")
 	pr("| readers | local | peer | home | S3 | S3 GETs (all nodes of the round) |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, row := range rows {
 		var l, p, h, s, gets []float64
