@@ -29,6 +29,8 @@ type stateJSON struct {
 	Base   int64             `json:"base"` // etcd mod revision of files/<id> at ver
 	CS     int64             `json:"cs"`   // chunk size
 	Chunks string            `json:"chunks"`
+	// Src names the foreign object of an attached file (read-only).
+	Src string `json:"src,omitempty"`
 }
 
 // file is the cluster state of one pool file, guarded by mu.
@@ -48,10 +50,15 @@ type file struct {
 	writers int              // of them for writing
 	lock    *namespace.Writer
 	removed bool
+	src     string // an attached object's record (read-only); "" for dnnfs's own files
+	// pending: a newer version or the loss of the name was seen while the
+	// file was open here; the last close looks again (recheck).
+	pending bool
 	// inflight are the changed chunks a commit is uploading: neither
 	// served as the old version's nor filled over.
 	inflight namespace.Chunks
 	commitMu sync.Mutex       // one commit of the file at a time
+	lockMu   sync.Mutex       // this node's takes and gives of the writer lock, in order
 	ahead    namespace.Chunks // chunks being read ahead
 }
 
@@ -62,7 +69,7 @@ type Handle struct {
 }
 
 func (f *file) stateLocked() stateJSON {
-	return stateJSON{ID: f.id, Ver: f.ver, Base: f.base, CS: f.cs, Chunks: f.present.String()}
+	return stateJSON{ID: f.id, Ver: f.ver, Base: f.base, CS: f.cs, Chunks: f.present.String(), Src: f.src}
 }
 
 // saveLocked persists the state in the file's xattr.
@@ -78,7 +85,7 @@ func (n *Node) load(in *core.Inode) *file {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if f, ok := n.files[in.Ino]; ok {
+	if f, ok := n.files[in.Ino]; ok && f.in == in {
 		return f
 	}
 	b, err := n.p.Getxattr(in, XattrState)
@@ -94,7 +101,7 @@ func (n *Node) load(in *core.Inode) *file {
 	if err != nil {
 		ch = namespace.Chunks{}
 	}
-	f := &file{in: in, id: st.ID, ver: st.Ver, base: st.Base, cs: st.CS, present: ch,
+	f := &file{in: in, id: st.ID, ver: st.Ver, base: st.Base, cs: st.CS, present: ch, src: st.Src,
 		crc: map[namespace.ChunkIdx]objstore.CRC32C{}, mtime: in.Attr().Mtime.UnixNano()}
 	if f.ver == 0 {
 		f.dirty = true
@@ -109,16 +116,18 @@ func (n *Node) fileOf(in *core.Inode) *file {
 	n.mu.Lock()
 	f, ok := n.files[in.Ino]
 	n.mu.Unlock()
-	if ok {
+	if ok && f.in == in {
 		return f
 	}
+	// Not known, or the state of an earlier inode of that number (its
+	// last name went another way than Unlink: load replaces it).
 	return n.load(in)
 }
 
 // adopt makes a local file a cluster file (a new FileID, never committed).
 func (n *Node) adopt(in *core.Inode) (*file, error) {
 	n.mu.Lock()
-	if f, ok := n.files[in.Ino]; ok {
+	if f, ok := n.files[in.Ino]; ok && f.in == in {
 		n.mu.Unlock()
 		return f, nil
 	}
@@ -167,6 +176,8 @@ var (
 	// fetch or writer lock needed (unreachable, refused, a conflicting
 	// transaction); nothing of the operation is visible to other nodes.
 	ErrCluster = errors.New("cluster operation failed")
+	// ErrReadOnly: an open for writing of an attached object.
+	ErrReadOnly = errors.New("attached objects are read-only")
 )
 
 func ioErr(what string, err error) error {
@@ -190,6 +201,11 @@ func (n *Node) invalidateEntry(dir core.Ino, name string) {
 		nt.EntryNotify(uint64(dir), name)
 	}
 }
+
+// away reports that this node has no lease (etcd has been unreachable for
+// longer than its TTL): reads of the pool then go on without asking etcd
+// first, instead of each waiting for a call to time out.
+func (n *Node) away() bool { return n.ns.Lease() == 0 }
 
 // uninterrupted keeps a FUSE request's values but not its cancellation:
 // the kernel interrupts a request for any signal to the caller (a Go
@@ -225,7 +241,7 @@ func (n *Node) Lookup(ctx context.Context, dir *core.Inode, name string) (*core.
 		return nil, core.ErrNotFound
 	}
 	path := join(n.pathOf(dir), name)
-	if path == "" || namespace.CleanPath(path) != nil {
+	if path == "" || namespace.CleanPath(path) != nil || n.away() {
 		return nil, core.ErrNotFound
 	}
 	id, err := n.ns.Lookup(ctx, path)
@@ -247,8 +263,8 @@ func (n *Node) SyncDir(ctx context.Context, dir *core.Inode) {
 		return
 	}
 	path := n.pathOf(dir)
-	if path == "" && dir.Ino != n.p.Root().Ino {
-		return // unlinked
+	if path == "" && dir.Ino != n.p.Root().Ino || n.away() {
+		return // unlinked, or etcd away
 	}
 	ents, err := n.ns.List(ctx, path)
 	if err != nil {
@@ -342,6 +358,10 @@ func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 		return err
 	}
 	f.ver, f.base, f.cs, f.mtime = rec.Version, rev, rec.ChunkSize, rec.Mtime
+	f.src = ""
+	if isAttached(rec.Manifest) {
+		f.src = rec.Manifest
+	}
 	f.present = namespace.Chunks{}
 	f.crc = map[namespace.ChunkIdx]objstore.CRC32C{}
 	f.dirty, f.changed = false, namespace.Chunks{}
@@ -356,7 +376,7 @@ func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 func (n *Node) revalidate(ctx context.Context, f *file) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ver == 0 || f.dirty || f.writers > 0 || f.removed {
+	if f.ver == 0 || f.dirty || f.writers > 0 || f.removed || n.away() {
 		return
 	}
 	rec, rev, err := n.ns.File(ctx, f.id)
@@ -393,6 +413,12 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 			return nil, err
 		}
 	}
+	f.mu.Lock()
+	attached := f.src != ""
+	f.mu.Unlock()
+	if write && attached {
+		return nil, fmt.Errorf("%w: an attached object", ErrReadOnly)
+	}
 	if !write {
 		n.revalidate(ctx, f)
 		f.mu.Lock()
@@ -400,15 +426,20 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 		f.mu.Unlock()
 		return &Handle{f: f}, nil
 	}
+	// lockMu orders this node's takes and gives of the writer lock: a
+	// close's give (in etcd) ends before the next open's take.
+	f.lockMu.Lock()
 	f.mu.Lock()
-	if f.writers == 0 {
+	first, ver := f.writers == 0, f.ver
+	f.mu.Unlock()
+	if first {
 		w, err := n.ns.AcquireWriter(ctx, f.id)
 		switch {
 		case errors.Is(err, namespace.ErrWriterBusy):
-			f.mu.Unlock()
+			f.lockMu.Unlock()
 			return nil, fmt.Errorf("%w: %v", ErrWriterBusy, err)
-		case err != nil && f.ver > 0:
-			f.mu.Unlock()
+		case err != nil && ver > 0:
+			f.lockMu.Unlock()
 			return nil, ioErr("writer lock", err)
 		case err != nil:
 			// A file never committed has an id nobody knows: it is
@@ -416,11 +447,15 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 			// no node holds it), so creating files does not need etcd.
 			n.log.Debug("writing a new file without the writer lock", zap.String("id", string(f.id)), zap.Error(err))
 		}
+		f.mu.Lock()
 		f.lock = w
+		f.mu.Unlock()
 	}
+	f.mu.Lock()
 	f.writers++
 	f.opens++
 	f.mu.Unlock()
+	f.lockMu.Unlock()
 	h := &Handle{f: f, write: true}
 	// Holding the lock, nobody commits: the version checked now is the
 	// one this writer changes.
@@ -489,9 +524,15 @@ func (n *Node) Release(h *Handle) {
 		if err := n.commit(n.ctx, f); err != nil {
 			n.log.Error("commit at release failed; the file's changes stay local", zap.String("id", string(f.id)), zap.Error(err))
 		}
+		f.lockMu.Lock()
+		defer f.lockMu.Unlock()
 	}
 	f.mu.Lock()
 	f.opens--
+	recheck := f.opens == 0 && f.pending
+	if recheck {
+		f.pending = false
+	}
 	var w *namespace.Writer
 	if h.write {
 		f.writers--
@@ -504,6 +545,47 @@ func (n *Node) Release(h *Handle) {
 		if err := w.Release(n.ctx); err != nil {
 			n.log.Warn("releasing a writer lock (it ends with the node lease)", zap.String("id", string(f.id)), zap.Error(err))
 		}
+	}
+	if recheck {
+		go n.recheck(f)
+	}
+}
+
+// recheck does what the watches left undone while f was open: a newer
+// version replaces the local copy, a name removed (or given to another
+// file) elsewhere goes here too.
+func (n *Node) recheck(f *file) {
+	release, ok := n.usePool()
+	if !ok {
+		return
+	}
+	defer release()
+	n.revalidate(n.ctx, f)
+	path := n.pathOf(f.in)
+	if path == "" {
+		return
+	}
+	id, err := n.ns.Lookup(n.ctx, path)
+	if err == nil && id == f.id || err != nil && !errors.Is(err, namespace.ErrNotFound) {
+		return // still named so, or etcd cannot say
+	}
+	n.names.Lock()
+	dir, name, ok := n.parentOf(path)
+	var dropped bool
+	if ok {
+		if in, err := n.p.Lookup(dir, name); err == nil && in == f.in {
+			f.mu.Lock()
+			idle := f.opens == 0 && !f.dirty
+			f.mu.Unlock()
+			if idle && n.p.Unlink(dir, name) == nil {
+				n.Unlinked(in)
+				dropped = true
+			}
+		}
+	}
+	n.names.Unlock()
+	if dropped {
+		n.invalidateEntry(dir.Ino, name)
 	}
 }
 
@@ -796,7 +878,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	var old *objstore.Manifest
 	if ver > 0 {
 		var err error
-		if old, err = n.cat.Manifest(ctx, objstore.FileID(id), objstore.Version(ver)); err != nil || old.ChunkSize != cs {
+		if old, err = n.cat.manifests.Manifest(ctx, objstore.FileID(id), objstore.Version(ver)); err != nil || old.ChunkSize != cs {
 			old = nil // every chunk goes up again
 		}
 	}
@@ -835,7 +917,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	if err != nil {
 		return ioErr("commit "+path, err)
 	}
-	n.cat.Add(m)
+	n.cat.manifests.Add(m)
 	f.mu.Lock()
 	f.ver, f.base, f.cs, f.mtime = next, rev, cs, rec.Mtime
 	f.present, f.crc = held, crcs
@@ -919,25 +1001,37 @@ func (n *Node) Rename(ctx context.Context, dir *core.Inode, name string, newDir 
 	defer n.names.Unlock()
 	in, err := n.p.Lookup(dir, name)
 	if err != nil {
-		return local()
+		return n.renameLocal(newDir, newName, local)
 	}
 	if !in.IsDir() {
 		f := n.fileOf(in)
 		if f == nil {
-			return local()
+			return n.renameLocal(newDir, newName, local)
 		}
 		f.mu.Lock()
 		committed := f.ver > 0
 		f.mu.Unlock()
 		if !committed {
-			return local()
+			return n.renameLocal(newDir, newName, local)
 		}
 	}
 	oldPath, newPath := join(n.pathOf(dir), name), join(n.pathOf(newDir), newName)
 	if err := n.ns.Rename(ctx, oldPath, newPath); err != nil && !errors.Is(err, namespace.ErrNotFound) {
 		return ioErr("rename "+oldPath, err)
 	}
-	return local()
+	return n.renameLocal(newDir, newName, local)
+}
+
+// renameLocal runs the pool's rename and forgets a file it replaced.
+func (n *Node) renameLocal(newDir *core.Inode, newName string, local func() error) error {
+	replaced, _ := n.p.Lookup(newDir, newName)
+	if err := local(); err != nil {
+		return err
+	}
+	if replaced != nil {
+		n.Unlinked(replaced) // its state goes with its last name
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------
@@ -962,10 +1056,13 @@ func (n *Node) fileEvent(ev namespace.FileEvent) {
 	}
 	f.mu.Lock()
 	stale := ev.Record.Version > f.ver && f.ver > 0
-	if stale && f.opens == 0 && !f.dirty {
+	switch {
+	case stale && f.opens == 0 && !f.dirty:
 		if err := n.resetLocked(f, ev.Record, ev.Rev); err != nil {
 			n.log.Warn("discarding an old version", zap.String("id", string(f.id)), zap.Error(err))
 		}
+	case stale:
+		f.pending = true // at the last close
 	}
 	f.mu.Unlock()
 	if stale {
@@ -1009,7 +1106,11 @@ func (n *Node) applyNameEvent(ev namespace.NameEvent) (core.Ino, string, *core.I
 		return dir.Ino, name, nil
 	}
 	f.mu.Lock()
-	drop := f.ver > 0 && f.opens == 0 && !f.dirty && (ev.Deleted || ev.ID != f.id)
+	gone := f.ver > 0 && (ev.Deleted || ev.ID != f.id)
+	drop := gone && f.opens == 0 && !f.dirty
+	if gone && !drop {
+		f.pending = true // at the last close
+	}
 	f.mu.Unlock()
 	if !drop {
 		return dir.Ino, name, nil

@@ -72,7 +72,7 @@ type Node struct {
 	log   *zap.Logger
 	ns    *namespace.NS
 	store *objstore.Store
-	cat   *peer.ManifestCatalog
+	cat   *catalog
 	peer  *peer.Peer
 	srv   *peer.Server
 
@@ -170,7 +170,8 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, oneLine(err)
 	}
 	n.store = store
-	n.cat = peer.NewManifestCatalog(store)
+	n.cat = &catalog{n: n, attach: peer.NewAttachCatalog(), manifests: peer.NewManifestCatalog(store),
+		own: map[objstore.FileID]bool{}, buckets: map[string]*objstore.Store{}}
 	pc := peer.Config{Self: peer.NodeID(cfg.Node), Token: cfg.Token, Dir: directory{n}, Local: local{n},
 		Catalog: n.cat, Store: store}
 	if cfg.ClientTLS != nil {
@@ -310,8 +311,8 @@ type Status struct {
 	FSID  string         `json:"fsid"`
 	Nodes []string       `json:"nodes"` // live nodes
 	Fetch peer.Stats     `json:"fetch"` // per source: local, peer, home, s3
-	S3    objstore.Stats `json:"s3"`
-	Held  []HeldJSON     `json:"held"` // chunks this node holds
+	S3    objstore.Stats `json:"s3"`    // the cluster's bucket and attached ones
+	Held  []HeldJSON     `json:"held"`  // chunks this node holds
 	// CachedChunks are chunks kept in memory for others (this node is
 	// their home but has no name for their file).
 	CachedChunks int   `json:"cached_chunks"`
@@ -331,6 +332,18 @@ func (n *Node) Status() *Status {
 		return nil
 	}
 	s := &Status{Node: n.cfg.Node, FSID: string(n.ns.FSID()), Fetch: n.peer.Stats(), S3: n.store.Stats(), Held: []HeldJSON{}}
+	n.cat.mu.Lock()
+	for _, b := range n.cat.buckets { // attached buckets count too
+		st := b.Stats()
+		s.S3.ChunkGets += st.ChunkGets
+		s.S3.ChunkGetBytes += st.ChunkGetBytes
+		s.S3.ManifestGets += st.ManifestGets
+		s.S3.Puts += st.Puts
+		s.S3.PutBytes += st.PutBytes
+		s.S3.Lists += st.Lists
+		s.S3.Requests += st.Requests
+	}
+	n.cat.mu.Unlock()
 	for _, nd := range n.ns.Nodes() {
 		s.Nodes = append(s.Nodes, string(nd.ID))
 	}

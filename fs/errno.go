@@ -33,6 +33,9 @@ var errnos = []struct {
 	{core.ErrIO, syscall.EIO},
 	{core.ErrNoSuchOffset, syscall.ENXIO},
 	{cluster.ErrWriterBusy, syscall.EBUSY},
+	{cluster.ErrReadOnly, syscall.EROFS},
+	{cluster.ErrNotShared, syscall.EOPNOTSUPP},
+	{cluster.ErrBadURL, syscall.EINVAL},
 	{cluster.ErrCluster, syscall.EIO},
 }
 

@@ -331,9 +331,12 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if t, ok := in.GetMTime(); ok {
 		sa.Mtime = &t
 	}
-	oldSize := int64(n.in.Attr().Size)
+	var oldSize int64 // for the cluster: a size change is a change to commit
 	if s, ok := in.GetSize(); ok {
 		sa.Size = &s
+		if n.opts.Cluster != nil {
+			oldSize = int64(n.in.Attr().Size)
+		}
 	}
 	// utimes(2) with no times (each time set is "now"): the caller needs
 	// write access, not ownership, and an append-only file allows it.
@@ -506,6 +509,16 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return n.setTable(data)
 	case XattrMigrate:
 		return n.migrate(data)
+	case XattrAttach:
+		if !n.in.IsDir() {
+			return syscall.ENOTDIR
+		}
+		k, err := n.opts.Cluster.Attach(ctx, n.in, string(data))
+		if err != nil {
+			return n.fail("attach", err)
+		}
+		n.opts.Log.Info("attached", zap.String("source", string(data)), zap.Int("objects", k))
+		return 0
 	case XattrWarmup:
 		i, err := strconv.ParseInt(strings.TrimPrefix(string(data), "chunk="), 10, 64)
 		if err != nil || !strings.HasPrefix(string(data), "chunk=") {

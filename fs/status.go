@@ -31,6 +31,10 @@ const (
 	// version's chunks (cluster.WarmInfo), set 'chunk=N' to have chunk N
 	// pulled into its home node's pool (dnnfs warmup).
 	XattrWarmup = "user.dnnfs.warmup"
+	// XattrAttach on a directory of a cluster mount: set
+	// 's3://BUCKET/PREFIX' to name every object under it below the
+	// directory, read-only (dnnfs attach).
+	XattrAttach = "user.dnnfs.attach"
 )
 
 // parseSession reads 'threads=N,size=BYTES[,mode=write|read]'.

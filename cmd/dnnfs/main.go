@@ -69,6 +69,11 @@ var commands = []command{
 		long: "Open an unmounted pool, run the mount's recovery, and list the segmented sessions left open\n" +
 			"with each segment's resume offset; --finish or --abandon closes the sessions named.",
 		run: runRecover, noArgs: true},
+	{use: "attach s3://BUCKET/PREFIX DIR", short: "show the objects under an S3 prefix as read-only files of a cluster mount",
+		long: "On a cluster mount (--etcd), name every object under s3://BUCKET/PREFIX (on the cluster's S3 endpoint,\n" +
+			"with its credentials) as a read-only file below DIR, on every node; their bytes load in chunks\n" +
+			"through the peer tier like any file's.",
+		run: runAttach},
 	{use: "warmup PATH... [--bytes N] [--parallel N]", short: "pull files' chunks into the cluster's pools ahead of a job",
 		long: "On a cluster mount (--etcd), have the chunks of the files named (directories: every file below)\n" +
 			"pulled from S3 into their home nodes' pools, spread over the live nodes, so that reads\n" +
@@ -101,7 +106,7 @@ var flagValues = map[string][]string{
 
 // fileFlags complete to file names, dirFlags to directories.
 var (
-	fileFlags = []string{"pool", "cpuprofile"}
+	fileFlags = []string{"pool", "cpuprofile", "cluster-token-file", "etcd-cert", "etcd-key", "etcd-cacert", "peer-cert", "peer-key", "peer-cacert"}
 	dirFlags  = []string{"ssd"}
 )
 

@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnnfs/dnnfs/cluster"
+	"github.com/dnnfs/dnnfs/cluster/peer"
 	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
 )
@@ -72,7 +75,28 @@ func runStatus(args []string) error {
 	if e := st.Embedding; e != nil {
 		printEmbedding(e)
 	}
+	if c := st.Cluster; c != nil {
+		printCluster(c)
+	}
 	return nil
+}
+
+// printCluster prints a cluster node's membership and where its chunks
+// came from.
+func printCluster(c *cluster.Status) {
+	fmt.Printf("\ncluster: node %s of %s (live: %s), %d file versions held, %d chunks cached for others\n",
+		c.Node, c.FSID, strings.Join(c.Nodes, " "), len(c.Held), c.CachedChunks)
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SOURCE\tREQUESTS\tCHUNKS\tMiB")
+	for _, s := range []struct {
+		name string
+		st   peer.SourceStats
+	}{{"local", c.Fetch.Local}, {"peer", c.Fetch.Peer}, {"home", c.Fetch.Home}, {"s3", c.Fetch.S3}} {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.1f\n", s.name, s.st.Requests, s.st.Hits, float64(s.st.Bytes)/(1<<20))
+	}
+	w.Flush()
+	fmt.Printf("served %d chunks (%.1f MiB) to peers; S3: %d chunk GETs, %d PUTs, %d requests\n",
+		c.Fetch.Served, float64(c.Fetch.ServedBytes)/(1<<20), c.S3.ChunkGets, c.S3.Puts, c.S3.Requests)
 }
 
 // printEmbedding prints the SSD tier: size classes, devices, moves.

@@ -11,6 +11,7 @@ package cluster_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/cluster"
 	dfs "github.com/dnnfs/dnnfs/fs"
@@ -197,6 +201,7 @@ func TestCluster(t *testing.T) {
 	t.Run("ConflictingWriters", func(t *testing.T) { testConflictingWriters(t, a, b) })
 	t.Run("RenameUnlink", func(t *testing.T) { testRenameUnlink(t, a, b) })
 	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
+	t.Run("RejoinDropsSuperseded", func(t *testing.T) { testRejoin(t, e) })
 	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
 	t.Run("S3Stopped", func(t *testing.T) { testS3Stopped(t, e) })
 	t.Run("EtcdUnreachable", func(t *testing.T) { testEtcdUnreachable(t, e) })
@@ -293,6 +298,8 @@ func testWriteReadElsewhere(t *testing.T, e *env, a, b, c *harness.FS) {
 	// Version 2, written on b: a's next open sees it whole.
 	v2 := randomBytes(chunk+999, 2)
 	writeFile(t, b.Path("ckpt", "w1.bin"), v2)
+	// The file watch brings a's idle copy (its kernel-cached size too) to
+	// version 2 by itself; an open would anyway.
 	waitFor(t, "a to see version 2's size", func() bool {
 		fi, err := os.Stat(a.Path("ckpt", "w1.bin"))
 		return err == nil && fi.Size() == int64(len(v2))
@@ -317,6 +324,35 @@ func testWriteReadElsewhere(t *testing.T, e *env, a, b, c *harness.FS) {
 	copy(v2[100:], "patched")
 	checkFile(t, a.Path("ckpt", "w1.bin"), v2)
 	checkFile(t, b.Path("ckpt", "w1.bin"), v2)
+
+	// An append on a, past a chunk boundary.
+	f, err = os.OpenFile(a.Path("ckpt", "w1.bin"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := randomBytes(chunk, 14)
+	if _, err := f.Write(tail); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close (commit) of the append: %v", err)
+	}
+	v2 = append(v2, tail...)
+	checkFile(t, c.Path("ckpt", "w1.bin"), v2)
+
+	// An empty file, a deep directory, a mode.
+	if err := os.MkdirAll(b.Path("x", "y", "z"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, b.Path("x", "y", "z", "empty"), nil)
+	if err := os.WriteFile(b.Path("x", "y", "z", "ro"), []byte("r"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, c.Path("x", "y", "z", "empty"), nil)
+	fi, err := os.Stat(a.Path("x", "y", "z", "ro"))
+	if err != nil || fi.Mode().Perm() != 0o400 || fi.Size() != 1 {
+		t.Errorf("x/y/z/ro on a: %v %v, want mode 0400 and 1 byte", fi, err)
+	}
 }
 
 // testConflictingWriters: a second writer on another node gets EBUSY while
@@ -368,6 +404,20 @@ func testRenameUnlink(t *testing.T, a, b *harness.FS) {
 		_, err := os.Stat(b.Path("tmp-ckpt", "x.bin"))
 		return errors.Is(err, os.ErrNotExist)
 	})
+	// A rename over another file, on b, of files written on a.
+	r1, r2 := randomBytes(300, 15), randomBytes(400, 16)
+	writeFile(t, a.Path("final-ckpt", "r1"), r1)
+	writeFile(t, a.Path("final-ckpt", "r2"), r2)
+	checkFile(t, b.Path("final-ckpt", "r2"), r2)
+	if err := os.Rename(b.Path("final-ckpt", "r1"), b.Path("final-ckpt", "r2")); err != nil {
+		t.Fatalf("rename over a file on b: %v", err)
+	}
+	checkFile(t, b.Path("final-ckpt", "r2"), r1)
+	checkFile(t, a.Path("final-ckpt", "r2"), r1)
+	waitFor(t, "a to drop r1", func() bool {
+		_, err := os.Stat(a.Path("final-ckpt", "r1"))
+		return errors.Is(err, os.ErrNotExist)
+	})
 	if err := os.Remove(b.Path("final-ckpt", "x.bin")); err != nil {
 		t.Fatalf("unlink on b: %v", err)
 	}
@@ -414,6 +464,55 @@ func testKillHolder(t *testing.T, e *env, a, b, c *harness.FS) {
 	after := randomBytes(1234, 44)
 	writeFile(t, b.Path("after-remount.bin"), after)
 	checkFile(t, e.nodes["a"].Path("after-remount.bin"), after)
+}
+
+// fileState reads a file's cluster state (the trusted xattr, root only).
+func fileState(t *testing.T, path string) (st struct {
+	ID     string `json:"id"`
+	Ver    uint64 `json:"ver"`
+	Chunks string `json:"chunks"`
+}) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, cluster.XattrState, buf)
+	if err != nil {
+		t.Fatalf("getxattr %s %s: %v", path, cluster.XattrState, err)
+	}
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// testRejoin: a node that was away while a file it held got a new version
+// drops the old version's chunks when it mounts again, and reads the new.
+func testRejoin(t *testing.T, e *env) {
+	data := randomBytes(chunk+77, 12)
+	writeFile(t, e.nodes["a"].Path("rejoin.bin"), data)
+	c := e.nodes["c"]
+	checkFile(t, c.Path("rejoin.bin"), data)
+	old := fileState(t, c.Path("rejoin.bin"))
+	if old.Chunks != "0-1" {
+		t.Fatalf("c holds chunks %q of rejoin.bin, want 0-1", old.Chunks)
+	}
+	c.Unmount(e.top)
+	v2 := randomBytes(chunk+78, 13)
+	writeFile(t, e.nodes["b"].Path("rejoin.bin"), v2)
+	c = c.Remount(e.top)
+	e.nodes["c"] = c
+	st := fileState(t, c.Path("rejoin.bin"))
+	if st.ID != old.ID || st.Ver != old.Ver+1 || st.Chunks != "" {
+		t.Errorf("after rejoining, c's rejoin.bin is %+v: want version %d of %s, no chunk held", st, old.Ver+1, old.ID)
+	}
+	for _, h := range status(t, c).Held {
+		if h.ID == old.ID && h.Version == old.Ver {
+			t.Errorf("c still announces chunks %s of the superseded version", h.Chunks)
+		}
+	}
+	checkFile(t, c.Path("rejoin.bin"), v2)
+	if out, stderr, code := harness.Run(t, "status", c.Mnt); code != 0 || !strings.Contains(out, "cluster: node c") {
+		t.Errorf("dnnfs status: exit %d\n%s%s", code, out, stderr)
+	}
 }
 
 // testEtcdMemberLoss: one of three etcd members killed, the cluster works.
@@ -471,10 +570,12 @@ func testEtcdUnreachable(t *testing.T, e *env) {
 	}
 }
 
-// TestConcurrentReadersS3 loads a 256 MiB file written on a node that has
-// left (no holder) with three readers at once: at most one S3 GET per
-// chunk in all, the rest peer to peer.
-func TestConcurrentReadersS3(t *testing.T) {
+// TestS3Tier is about S3 requests: a 256 MiB file written on a node that
+// has left (no holder) loaded by three readers at once makes at most one
+// S3 GET per chunk in all, the rest peer to peer; after `dnnfs warmup`,
+// reads make no S3 request; objects of another bucket, attached, read on
+// two nodes at once with one GET per chunk, and are read-only.
+func TestS3Tier(t *testing.T) {
 	e := newEnv(t)
 	w := e.mount(t, "w", "127.0.0.4")
 	data := randomBytes(256<<20, 8)
@@ -484,6 +585,7 @@ func TestConcurrentReadersS3(t *testing.T) {
 	for i, id := range []string{"a", "b", "c"} {
 		nodes = append(nodes, e.mount(t, id, fmt.Sprintf("127.0.0.%d", i+1)))
 	}
+	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	for i, n := range nodes {
@@ -500,11 +602,14 @@ func TestConcurrentReadersS3(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	el := time.Since(start)
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("three nodes read %d MiB each at once in %v (%.0f MiB/s per reader)", len(data)>>20, el.Round(time.Millisecond),
+		float64(len(data)>>20)/el.Seconds())
 	chunks := int64(len(data) / chunk)
 	var gets, s3Hits int64
 	for _, n := range nodes {
@@ -543,5 +648,40 @@ func TestConcurrentReadersS3(t *testing.T) {
 	checkFile(t, nodes[2].Path("warm.bin"), warm)
 	if after := s3gets(); after != warmed {
 		t.Errorf("reads after warm-up made %d S3 chunk GETs, want none", after-warmed)
+	}
+
+	// Objects put into another bucket with an S3 client, attached on a,
+	// read byte-exact on b and c at once: one GET per chunk in all.
+	ctx := context.Background()
+	mc := e.s3.Client()
+	if err := mc.MakeBucket(ctx, "foreign", minio.MakeBucketOptions{Region: e.s3.Region}); err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string][]byte{"ds/a.bin": randomBytes(2*chunk+3, 10), "ds/sub/b.bin": randomBytes(1000, 11)}
+	for k, v := range objs {
+		if _, err := mc.PutObject(ctx, "foreign", k, bytes.NewReader(v), int64(len(v)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, stderr, code = harness.Run(t, "attach", "s3://foreign/ds", nodes[0].Path("data"))
+	if code != 0 || !strings.Contains(out, "2 files") {
+		t.Fatalf("dnnfs attach: exit %d\n%s%s", code, out, stderr)
+	}
+	before = s3gets()
+	var rw sync.WaitGroup
+	for _, n := range nodes[1:] {
+		rw.Add(1)
+		go func() {
+			defer rw.Done()
+			checkFile(t, n.Path("data", "a.bin"), objs["ds/a.bin"])
+			checkFile(t, n.Path("data", "sub", "b.bin"), objs["ds/sub/b.bin"])
+		}()
+	}
+	rw.Wait()
+	if got := s3gets() - before; got != 4 {
+		t.Errorf("two nodes reading 4 chunks of attached objects made %d S3 GETs, want 4", got)
+	}
+	if _, err := os.OpenFile(nodes[1].Path("data", "a.bin"), os.O_WRONLY, 0); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("open of an attached object for writing: %v, want EROFS", err)
 	}
 }
