@@ -20,8 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +67,9 @@ type clusterLayout struct {
 	MountCmd    string            `json:"mount_cmd"`   // one reader's mount command
 	WriteMiBps  []float64         `json:"write_mibps"` // the writer's write+close (commit), per run
 	MemNote     string            `json:"mem_note"`    // why the pools are where they are
+	// S3LimitMiBps: when not 0, the nodes and rclone reached S3 through
+	// the driver's pacing proxy, all GET replies together at most this fast.
+	S3LimitMiBps float64 `json:"s3_limit_mibps,omitempty"`
 }
 
 // clusterRound is one round: N readers together, the staggered variant,
@@ -118,6 +124,8 @@ type clusterEnv struct {
 	region  string
 	token   string // token file
 	procs   []*clusterProc
+	proxy   *http.Server // the pacing proxy in front of S3, or nil
+	pxAddr  string
 }
 
 type clusterProc struct {
@@ -248,7 +256,81 @@ func (e *clusterEnv) client() (*minio.Client, error) {
 		Region: e.region, BucketLookup: minio.BucketLookupPath})
 }
 
-func (e *clusterEnv) s3URL() string { return "http://" + e.s3Addr }
+// s3URL is the S3 endpoint the nodes and rclone use: the server, or the
+// pacing proxy in front of it.
+func (e *clusterEnv) s3URL() string {
+	if e.proxy != nil {
+		return "http://" + e.pxAddr
+	}
+	return "http://" + e.s3Addr
+}
+
+// startProxy puts a reverse proxy in front of S3 that paces the bodies of
+// all its replies together to mibps: a store across a network, shared by
+// the nodes, instead of one at memory speed on this machine. Requests and
+// their bodies (uploads) pass unpaced. The Host header is kept, so the
+// clients' SigV4 signatures (made for the proxy's address) still verify.
+func (e *clusterEnv) startProxy(mibps float64) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("the S3 pacing proxy: %w", err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: e.s3Addr})
+	pc := &pacer{rate: mibps * float64(MiB)}
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Body = &pacedBody{r: r.Body, p: pc}
+		return nil
+	}
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	e.proxy, e.pxAddr = &http.Server{Handler: rp}, l.Addr().String()
+	go e.proxy.Serve(l)
+	return nil
+}
+
+// pacer hands out byte slots at rate bytes/s to all its users together,
+// in the order they ask.
+type pacer struct {
+	mu   sync.Mutex
+	rate float64
+	next time.Time
+}
+
+// pacerCredit is how far the schedule may lag behind the clock: a sleep
+// overshoots by up to a millisecond or so, and a schedule reset to now at
+// every wait would lose that each time (the rate would be bounded by the
+// timer, not by the pacer).
+const pacerCredit = 50 * time.Millisecond
+
+// wait returns when n more bytes fit in the rate.
+func (p *pacer) wait(n int) {
+	p.mu.Lock()
+	now := time.Now()
+	if p.next.Before(now.Add(-pacerCredit)) {
+		p.next = now.Add(-pacerCredit)
+	}
+	p.next = p.next.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
+	at := p.next
+	p.mu.Unlock()
+	time.Sleep(time.Until(at))
+}
+
+type pacedBody struct {
+	r io.ReadCloser
+	p *pacer
+}
+
+func (b *pacedBody) Read(buf []byte) (int, error) {
+	if len(buf) > 64<<10 {
+		buf = buf[:64<<10]
+	}
+	n, err := b.r.Read(buf)
+	if n > 0 {
+		b.p.wait(n)
+	}
+	return n, err
+}
+
+func (b *pacedBody) Close() error { return b.r.Close() }
 
 // awsEnv is the environment of the daemons and of rclone: the S3
 // credentials, the standard way.
@@ -331,6 +413,9 @@ func (e *clusterEnv) stop() {
 		}
 	}
 	e.procs = nil
+	if e.proxy != nil {
+		e.proxy.Close()
+	}
 	if e.dir != "" && !anyMountUnder(e.dir) {
 		os.RemoveAll(e.dir)
 	}
@@ -430,6 +515,12 @@ func (b *Bench) runCluster(ctx context.Context, run int) error {
 		if err != nil {
 			return fmt.Errorf("starting the cluster's engines: %w", err)
 		}
+		if b.o.clusterS3MiBps > 0 {
+			if err := e.startProxy(b.o.clusterS3MiBps); err != nil {
+				return err
+			}
+			b.logf("cluster: S3 through a proxy pacing its replies to %g MiB/s in all", b.o.clusterS3MiBps)
+		}
 		b.cluster = &clusterResults{Layout: b.clusterLayout(e, size)}
 	}
 	e, lay := b.cenv, &b.cluster.Layout
@@ -496,7 +587,7 @@ func (b *Bench) runCluster(ctx context.Context, run int) error {
 }
 
 func (b *Bench) clusterLayout(e *clusterEnv, size int64) clusterLayout {
-	lay := clusterLayout{FileBytes: size, ChunkBytes: clusterChunk, Etcd: e.etcdURL, S3: e.s3URL(),
+	lay := clusterLayout{FileBytes: size, ChunkBytes: clusterChunk, Etcd: e.etcdURL, S3: e.s3URL(), S3LimitMiBps: b.o.clusterS3MiBps,
 		S3Dir: filepath.Join(e.dir, "s3"), Nodes: map[string]string{}, WriterPool: filepath.Join(b.w, "cluster-pools")}
 	lay.EtcdVersion = firstLine(output(context.Background(), "", engineBinary("DNNFS_ETCD_BIN", "etcd"), "--version"))
 	lay.S3Version = moduleVersion(engineBinary("DNNFS_VERSITYGW_BIN", "versitygw"), "github.com/versity/versitygw")

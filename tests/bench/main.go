@@ -61,6 +61,9 @@ type options struct {
 	// clusterPools: where the cluster phase's reader pools go: shm, disk
 	// (under diskDir) or auto (shm when 4 of them fit in MemAvailable).
 	clusterPools string
+	// clusterS3MiBps: when not 0, the cluster phase reaches S3 through a
+	// proxy pacing all replies together to this rate (a remote store).
+	clusterS3MiBps float64
 }
 
 func envBool(name string) bool {
@@ -75,6 +78,11 @@ func envOr(name, def string) string {
 	return def
 }
 
+func envFloat(name string) float64 {
+	v, _ := strconv.ParseFloat(strings.TrimSpace(os.Getenv(name)), 64)
+	return v
+}
+
 func main() {
 	var o options
 	flag.BoolVar(&o.quick, "quick", envBool("QUICK"), "quick mode: small sizes, a subset of the matrix, 1 run (env QUICK=1)")
@@ -87,6 +95,7 @@ func main() {
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
 	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
+	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloat("CLUSTER_S3_MIBPS"), "cluster phase: reach S3 through a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: S3 directly, at memory speed on this machine)")
 	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
 	flag.StringVar(&o.reportOf, "report-only", "", "regenerate docs/BENCHMARKS.md and the plots from this results.json, measuring nothing")

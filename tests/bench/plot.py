@@ -265,7 +265,9 @@ def cluster(cl, finish):
     yscale(ax, ys)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    ax.set_title("loading a %s checkpoint written on another node" % size_name(size))
+    paced = cl["layout"].get("s3_limit_mibps")
+    ax.set_title("loading a %s checkpoint written on another node%s" % (
+        size_name(size), " (S3 paced to %g MiB/s)" % paced if paced else ""))
     labels, vals, colors = [], [], []
     for name, var, n in (("1 reader", "together", 1), ("2 at once", "together", 2), ("4 at once", "together", 4), ("4 staggered", "staggered", 4)):
         v = median([x[1] for x in group(var, n, 1)])
