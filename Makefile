@@ -164,7 +164,8 @@ test: deps vet build unit fuzz
 # configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
 # behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp);
 # CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
-# when they fit in memory).
+# when they fit in memory); CLUSTER_S3_MIBPS=N: the cluster reaches S3
+# through a proxy pacing all replies to N MiB/s (a remote store).
 bench:
 	@# The cluster phase's engines, as `make deps` installs them.
 	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
@@ -172,7 +173,7 @@ bench:
 	@$(ETCD) --version 2>/dev/null | grep -qx 'etcd Version: $(ETCD_VERSION)' || \
 		{ echo "installing: etcd $(ETCD_VERSION)"; cd tests/clusterenv/etcdserver && $(GO) build -trimpath -o $(ETCD) go.etcd.io/etcd/server/v3; }
 	$(GO) build -o bin/bench ./tests/bench
-	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" ./bin/bench
+	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" CLUSTER_S3_MIBPS="$(CLUSTER_S3_MIBPS)" ./bin/bench
 	$(MAKE) bench-dlrm
 
 # bench-dlrm: the synthetic DLRM workload on the SSD tier (issue #6):

@@ -18,12 +18,17 @@
 //  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
 //  4. Fresh writes (into a truncated or fallocated file, fsync at the end or
 //     every 64 MiB) and appends vs overwrites of 4 B and 4 KiB (goals.go).
+//  5. Issue #17's cluster (cluster.go): a checkpoint written on one dnnfs
+//     node, loaded by 1, 2 and 4 others (etcd and versitygw started here),
+//     against rclone reading the same objects from S3. It runs once per
+//     run, whatever -systems says.
 //
 // It sets everything up itself (fio and matplotlib through apt-get when
 // missing, the binaries, the mounts) and unmounts everything on exit and on
 // Ctrl-C. Modes and knobs (flags, or the environment as `make bench` passes
 // it): QUICK=1 / --quick, RUNS=N / --runs, PROFILE=1 / --profile,
-// DISKDIR=DIR / --disk-dir.
+// DISKDIR=DIR / --disk-dir, CLUSTER_POOLS / --cluster-pools,
+// CLUSTER_S3_MIBPS / --cluster-s3-mibps.
 package main
 
 import (
