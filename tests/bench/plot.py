@@ -263,6 +263,8 @@ def cluster(cl, finish):
     ax.set_xticklabels([r[0] for r in rows], fontsize=8)
     ax.set_ylabel("MiB/s per reader")
     yscale(ax, ys)
+    if ax.get_yscale() == "log" and ys:
+        ax.set_ylim(bottom=min(ys) / 2)  # the shortest bar shows
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     paced = cl["layout"].get("s3_limit_mibps")
@@ -287,6 +289,8 @@ def cluster(cl, finish):
     ax2.set_xticklabels(labels, fontsize=8)
     ax2.set_ylabel("S3 bytes in all / file size")
     yscale(ax2, vals)
+    if ax2.get_yscale() == "log" and vals:
+        ax2.set_ylim(bottom=min(vals) / 2)
     ax2.grid(alpha=0.3, axis="y")
     ax2.set_title("bytes read from S3")
     finish(fig, "cluster.png", (0, 0.03, 1, 1))
