@@ -299,7 +299,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	pr("## How to reproduce\n\n")
-	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\n```\n\n", fullNote)
+	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # the cluster phase (section 5) with S3 paced to 100 MiB/s, as a remote store\n```\n\n", fullNote)
 	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs` and go-fuse's `example/loopback` from the module cache, makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
 	pr("Go micro-benchmarks of the hot paths (named for benchstat):\n\n```sh\nTMPDIR=/dev/shm go test -run '^$' -bench . -count 10 ./pmem ./lock ./journal ./core > new.txt\nbenchstat old.txt new.txt\n```\n\n")
 
