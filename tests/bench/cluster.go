@@ -135,7 +135,7 @@ type clusterProc struct {
 	log  string
 }
 
-// binary finds an engine: $env, $PATH, then $GOPATH/bin (where `make deps`
+// engineBinary finds an engine: $env, $PATH, then $GOPATH/bin (where `make deps`
 // puts etcd and versitygw).
 func engineBinary(env, name string) string {
 	if p := os.Getenv(env); p != "" {
