@@ -157,13 +157,23 @@ test: deps vet build unit fuzz
 # bench measures dnnfs against native tmpfs and go-fuse's loopback example
 # (fio matrix, Filebench-like personalities, checkpoint save/load, Go
 # micro-benchmarks; and, for issue #14, a pool on disk vs the disk's file
-# system, appends vs overwrites) and regenerates docs/BENCHMARKS.md and
-# docs/bench/. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
+# system, appends vs overwrites; for issue #17, a checkpoint written on one
+# cluster node loaded by 1, 2 and 4 others against rclone reading S3, with
+# the etcd and versitygw of `make deps`) and regenerates docs/BENCHMARKS.md
+# and docs/bench/. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
 # configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
-# behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp).
+# behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp);
+# CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
+# when they fit in memory); CLUSTER_S3_MIBPS=N: the cluster reaches S3
+# through a proxy pacing all replies to N MiB/s (a remote store).
 bench:
+	@# The cluster phase's engines, as `make deps` installs them.
+	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
+		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+	@$(ETCD) --version 2>/dev/null | grep -qx 'etcd Version: $(ETCD_VERSION)' || \
+		{ echo "installing: etcd $(ETCD_VERSION)"; cd tests/clusterenv/etcdserver && $(GO) build -trimpath -o $(ETCD) go.etcd.io/etcd/server/v3; }
 	$(GO) build -o bin/bench ./tests/bench
-	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" ./bin/bench
+	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" CLUSTER_S3_MIBPS="$(CLUSTER_S3_MIBPS)" ./bin/bench
 	$(MAKE) bench-dlrm
 
 # bench-dlrm: the synthetic DLRM workload on the SSD tier (issue #6):

@@ -18,12 +18,17 @@
 //  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
 //  4. Fresh writes (into a truncated or fallocated file, fsync at the end or
 //     every 64 MiB) and appends vs overwrites of 4 B and 4 KiB (goals.go).
+//  5. Issue #17's cluster (cluster.go): a checkpoint written on one dnnfs
+//     node, loaded by 1, 2 and 4 others (etcd and versitygw started here),
+//     against rclone reading the same objects from S3. It runs once per
+//     run, whatever -systems says.
 //
 // It sets everything up itself (fio and matplotlib through apt-get when
 // missing, the binaries, the mounts) and unmounts everything on exit and on
 // Ctrl-C. Modes and knobs (flags, or the environment as `make bench` passes
 // it): QUICK=1 / --quick, RUNS=N / --runs, PROFILE=1 / --profile,
-// DISKDIR=DIR / --disk-dir.
+// DISKDIR=DIR / --disk-dir, CLUSTER_POOLS / --cluster-pools,
+// CLUSTER_S3_MIBPS / --cluster-s3-mibps.
 package main
 
 import (
@@ -58,6 +63,12 @@ type options struct {
 	noInstall bool
 	dryRun    bool
 	reportOf  string // regenerate the report from this results.json
+	// clusterPools: where the cluster phase's reader pools go: shm, disk
+	// (under diskDir) or auto (shm when 4 of them fit in MemAvailable).
+	clusterPools string
+	// clusterS3MiBps: when not 0, the cluster phase reaches S3 through a
+	// proxy pacing all replies together to this rate (a remote store).
+	clusterS3MiBps float64
 }
 
 func envBool(name string) bool {
@@ -72,6 +83,11 @@ func envOr(name, def string) string {
 	return def
 }
 
+func envFloat(name string) float64 {
+	v, _ := strconv.ParseFloat(strings.TrimSpace(os.Getenv(name)), 64)
+	return v
+}
+
 func main() {
 	var o options
 	flag.BoolVar(&o.quick, "quick", envBool("QUICK"), "quick mode: small sizes, a subset of the matrix, 1 run (env QUICK=1)")
@@ -83,7 +99,9 @@ func main() {
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
-	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, micro (go test -bench)")
+	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
+	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloat("CLUSTER_S3_MIBPS"), "cluster phase: reach S3 through a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: S3 directly, at memory speed on this machine)")
+	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
 	flag.StringVar(&o.reportOf, "report-only", "", "regenerate docs/BENCHMARKS.md and the plots from this results.json, measuring nothing")
 	flag.BoolVar(&o.dryRun, "n", false, "print the plan (sizes, number of measurements, estimated time) and exit")
@@ -142,6 +160,9 @@ type Bench struct {
 	failures []Failure
 	active   map[*System]bool
 	mounted  []string // our own non-FUSE mounts (the tmpfs)
+
+	cenv    *clusterEnv     // the cluster phase's etcd and S3 server, once started
+	cluster *clusterResults // the cluster phase's results
 
 	profileFor map[string]string // config id -> cpuprofile path, while profiling
 	profiling  bool
@@ -280,6 +301,9 @@ func (b *Bench) install(ctx context.Context) error {
 	if _, err := exec.LookPath("fusermount3"); err != nil {
 		want = append(want, "fuse3")
 	}
+	if _, err := exec.LookPath("rclone"); err != nil && hasPhase(b.o.phases, "cluster") {
+		want = append(want, "rclone") // the cluster phase's S3-only peer
+	}
 	if len(want) == 0 {
 		return nil
 	}
@@ -346,6 +370,17 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 	b.logf("about %d measurements; estimated %s on an idle 2-core machine", b.p.count(sc, phases), b.p.estimate(sc, phases).Round(time.Minute))
 	for run := 0; run < b.p.Runs; run++ {
 		for _, ph := range phases {
+			if ph == "cluster" {
+				// Its own nodes and peer (rclone), once per run.
+				b.logf("run %d/%d: cluster", run+1, b.p.Runs)
+				if err := b.runCluster(ctx, run); err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					b.fail("dnnfs-cluster", "cluster", "", err)
+				}
+				continue
+			}
 			for i := range systems {
 				s := systems[(i+run)%len(systems)]
 				if ctx.Err() != nil {
@@ -368,7 +403,7 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 				case "append":
 					err = b.runAppend(ctx, s, run, nil)
 				default:
-					return fmt.Errorf("unknown phase %q (want fio, personality, checkpoint, fresh, append, micro)", ph)
+					return fmt.Errorf("unknown phase %q (want fio, personality, checkpoint, fresh, append, cluster, micro)", ph)
 				}
 				if err != nil {
 					if ctx.Err() != nil {
@@ -388,6 +423,16 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 		b.runMicro(ctx)
 	}
 	return ctx.Err()
+}
+
+// hasPhase reports whether the comma list phases names ph.
+func hasPhase(phases, ph string) bool {
+	for _, p := range strings.Split(phases, ",") {
+		if strings.TrimSpace(p) == ph {
+			return true
+		}
+	}
+	return false
 }
 
 // countSystems sorts system names into the in-memory and the disk ones.
@@ -436,6 +481,11 @@ func (b *Bench) cleanup() {
 		delete(b.active, s)
 		b.mu.Unlock()
 	}
+	b.mu.Lock()
+	cenv := b.cenv
+	b.cenv = nil
+	b.mu.Unlock()
+	cenv.stop() // after the nodes: they leave etcd on unmount
 	for _, m := range mounted {
 		for i := 0; i < 50; i++ {
 			if exec.Command("umount", m).Run() == nil || !isMounted(m) {

@@ -54,6 +54,8 @@ type params struct {
 	AppendTime string `json:"append_runtime"` // each append/overwrite measurement
 	AppendCap  int64  `json:"append_cap"`     // an append run also stops at this size
 	appendTime time.Duration
+
+	ClusterBytes int64 `json:"cluster_bytes"` // the cluster phase's checkpoint
 }
 
 func newParams(o options) params {
@@ -81,6 +83,8 @@ func newParams(o options) params {
 		FreshBytes:  1 * GiB,
 		appendTime:  3 * time.Second,
 		AppendCap:   512 * MiB,
+
+		ClusterBytes: 4 * GiB,
 	}
 	if o.quick {
 		p.Mode = "quick"
@@ -98,6 +102,7 @@ func newParams(o options) params {
 		p.FreshBytes = 256 * MiB
 		p.appendTime = time.Second
 		p.AppendCap = 128 * MiB
+		p.ClusterBytes = 512 * MiB
 	}
 	if o.runs > 0 {
 		p.Runs = o.runs
@@ -186,6 +191,14 @@ func (p params) count(sc systemCount, phases []string) int {
 			n += 2 * 2 * len(freshFsyncs)
 		case "append":
 			n += 2 * len(appendSizes)
+		case "cluster": // not per system
+			for _, r := range clusterReaderCounts {
+				total += r
+			}
+			total += 4
+			for _, r := range clusterS3Counts {
+				total += r
+			}
 		}
 		total += n * sc.of(ph)
 	}
@@ -222,6 +235,18 @@ func (p params) estimate(sc systemCount, phases []string) time.Duration {
 			per += time.Duration(2*2*len(freshFsyncs)) * (proc + remount + 2*gib(p.FreshBytes))
 		case "append":
 			per += remount + gib(64*MiB) + time.Duration(2*len(appendSizes))*(proc+p.appendTime)
+		case "cluster": // not per system: the write, then every reader reads
+			// it all at about 300 MiB/s in all (2 cores for the daemons, S3
+			// and the readers); 11 mounts a round.
+			moved := int64(1)
+			for _, r := range clusterReaderCounts {
+				moved += int64(r)
+			}
+			moved += 4
+			for _, r := range clusterS3Counts {
+				moved += int64(r)
+			}
+			total += time.Duration(moved)*gib(p.ClusterBytes)*10/3 + 11*4*remount + 5*time.Second
 		}
 		total += per * time.Duration(sc.of(ph))
 	}

@@ -79,9 +79,9 @@ def size_name(n):
 def main():
     res = json.load(open(sys.argv[1]))
     out = sys.argv[2]
-    cfg = {c["id"]: c for c in res["configs"]}
+    res["configs"] = res.get("configs") or []
     summ = {}
-    for s in res["summary"]:
+    for s in res.get("summary") or []:
         if s["n"] > 0:
             summ[(s["id"], s["system"])] = s
     present = [s for s in SYSTEMS if any(k[1] == s for k in summ)]
@@ -211,8 +211,89 @@ def main():
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.set_title("size-extending appends vs overwrites, 1 job")
         finish(fig, "append.png", (0, 0.03, 1, 1))
+    if res.get("cluster"):
+        cluster(res["cluster"], finish)
     for w in written:
         print(os.path.join(out, w))
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    if not n:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def cluster(cl, finish):
+    """Section 5: per-reader MiB/s of dnnfs and of rclone from S3, and S3 bytes over the file size."""
+    rounds = [r for r in cl["rounds"] if not r.get("error")]
+    size = cl["layout"]["file_bytes"]
+
+    def group(variant, readers, grp):
+        # per run: mean MiB/s of the group's readers, the round's S3 bytes / file
+        out = []
+        for r in rounds:
+            if r["variant"] != variant or r["readers"] != readers:
+                continue
+            rs = [x for x in r["reader"] if x["group"] == grp]
+            if not rs or any(x.get("error") or x["mibps"] <= 0 for x in rs):
+                continue
+            out.append((sum(x["mibps"] for x in rs) / len(rs), r["s3_bytes"] / size))
+        return out
+
+    rows = [("1 reader", "together", 1, 1, 1), ("2 at once", "together", 2, 1, 2), ("4 at once", "together", 4, 1, 4),
+            ("staggered:\nreader 1", "staggered", 4, 1, 1), ("staggered:\nreaders 2-4", "staggered", 4, 2, 3)]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.38
+    ys = []
+    for k, (name, color, hatch) in enumerate((("dnnfs cluster", "#d62728", "//"), ("S3 only (rclone cat)", "#636363", ".."))):
+        xs, vals = [], []
+        for i, (_, var, n, grp, peers) in enumerate(rows):
+            g = group(var, n, grp) if k == 0 else group("s3only", peers, 1)
+            v = median([x[0] for x in g])
+            if v:
+                xs.append(i + (k - 0.5) * width)
+                vals.append(v)
+        ax.bar(xs, vals, width, color=color, hatch=hatch, edgecolor="black", linewidth=0.5, label=name)
+        for x, v in zip(xs, vals):
+            ax.annotate("%.0f" % v, (x, v), ha="center", va="bottom", fontsize=7)
+        ys += vals
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r[0] for r in rows], fontsize=8)
+    ax.set_ylabel("MiB/s per reader")
+    yscale(ax, ys)
+    if ax.get_yscale() == "log" and ys:
+        ax.set_ylim(bottom=min(ys) / 2)  # the shortest bar shows
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    paced = cl["layout"].get("s3_limit_mibps")
+    ax.set_title("loading a %s checkpoint written on another node%s" % (
+        size_name(size), " (S3 paced to %g MiB/s)" % paced if paced else ""))
+    labels, vals, colors = [], [], []
+    for name, var, n in (("1 reader", "together", 1), ("2 at once", "together", 2), ("4 at once", "together", 4), ("4 staggered", "staggered", 4)):
+        v = median([x[1] for x in group(var, n, 1)])
+        if v is not None:
+            labels.append(name)
+            vals.append(v)
+            colors.append("#d62728")
+    for n in (1, 2, 4):
+        v = median([x[1] for x in group("s3only", n, 1)])
+        if v is not None:
+            labels.append("rclone\n%d at once" % n)
+            vals.append(v)
+            colors.append("#636363")
+    ax2.bar(range(len(vals)), vals, 0.6, color=colors, edgecolor="black", linewidth=0.5)
+    ax2.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    ax2.set_xticks(range(len(vals)))
+    ax2.set_xticklabels(labels, fontsize=8)
+    ax2.set_ylabel("S3 bytes in all / file size")
+    yscale(ax2, vals)
+    if ax2.get_yscale() == "log" and vals:
+        ax2.set_ylim(bottom=min(vals) / 2)
+    ax2.grid(alpha=0.3, axis="y")
+    ax2.set_title("bytes read from S3")
+    finish(fig, "cluster.png", (0, 0.03, 1, 1))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ type resultsFile struct {
 	DaemonLogs   map[string][]string `json:"daemon_logs"`
 	Profiles     []profileOut        `json:"profiles,omitempty"`
 	Micro        string              `json:"go_micro_benchmarks,omitempty"`
+	Cluster      *clusterResults     `json:"cluster,omitempty"`
 }
 
 type systemInfo struct {
@@ -112,7 +113,7 @@ func (b *Bench) report(logs map[string][]string, systems []*System) error {
 		}
 	}
 	res := resultsFile{Machine: b.machine, Params: b.p, Elapsed: b.elapsed.Seconds(), Configs: configs,
-		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro}
+		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro, Cluster: b.cluster}
 	for _, s := range systems {
 		res.Systems = append(res.Systems, systemInfo{s.Name, s.Desc, s.mountCmd})
 	}
@@ -298,7 +299,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	pr("## How to reproduce\n\n")
-	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\n```\n\n", fullNote)
+	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # the cluster phase (section 5) with S3 paced to 100 MiB/s, as a remote store\n```\n\n", fullNote)
 	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs` and go-fuse's `example/loopback` from the module cache, makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
 	pr("Go micro-benchmarks of the hot paths (named for benchstat):\n\n```sh\nTMPDIR=/dev/shm go test -run '^$' -bench . -count 10 ./pmem ./lock ./journal ./core > new.txt\nbenchstat old.txt new.txt\n```\n\n")
 
@@ -422,6 +423,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	b.goalsSection(&w, st, all)
+	b.clusterSection(&w)
 
 	if b.micro != "" {
 		pr("## Go micro-benchmarks\n\n")
@@ -522,16 +524,18 @@ const fullNote = "about 40 minutes on an idle 2-core machine"
 // fullNote2 says how full mode is sized, from its parameters.
 func fullNote2() string {
 	f := newParams(options{})
-	all := []string{"fio", "personality", "checkpoint", "fresh", "append"}
+	all := []string{"fio", "personality", "checkpoint", "fresh", "append", "cluster"}
 	return fmt.Sprintf("**Full mode** is sized for about 40 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
 		"%s per fio configuration, in %s time-based runs (cold reads: up to %s), so the %d fio configurations × 3 (write, cold read, warm read) × 4 systems × %d runs stay near 20 minutes including a remount before every cold read; "+
 		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory; "+
-		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes). "+
-		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint.",
+		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
+		"issue #17's cluster phase loading a %s checkpoint (section 5; about 5 minutes a run). "+
+		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint, a %s cluster checkpoint.",
 		f.estimate(systemCount{mem: 4, disk: 2}, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
-		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime,
+		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime, sizeName(f.ClusterBytes),
 		sizeName(newParams(options{quick: true}).MatrixBytes), blockList(newParams(options{quick: true}).Blocks),
-		groupList(newParams(options{quick: true}).Groups), newParams(options{quick: true}).Threads, sizeName(newParams(options{quick: true}).CkptBytes))
+		groupList(newParams(options{quick: true}).Groups), newParams(options{quick: true}).Threads, sizeName(newParams(options{quick: true}).CkptBytes),
+		sizeName(newParams(options{quick: true}).ClusterBytes))
 }
 
 func (b *Bench) table(w *strings.Builder, st *stats, present []string, rcols [][2]string, head string, rows []Config, label func(Config) string) {
@@ -627,7 +631,7 @@ func reportOnly(o options) error {
 	p.persTime, _ = time.ParseDuration(p.PersTime)
 	p.appendTime, _ = time.ParseDuration(p.AppendTime)
 	b := &Bench{o: o, p: p, repo: repo, out: out, started: time.Now(), machine: res.Machine, meas: res.Measurements,
-		failures: res.Failures, profiles: res.Profiles, micro: res.Micro,
+		failures: res.Failures, profiles: res.Profiles, micro: res.Micro, cluster: res.Cluster,
 		elapsed: time.Duration(res.Elapsed * float64(time.Second)), active: map[*System]bool{}}
 	for _, c := range res.Configs {
 		registerConfig(c)

@@ -25,6 +25,9 @@ type System struct {
 	src  string // loopback: the tmpfs directory it mirrors
 	pool string // dnnfs: pool file
 
+	extra []string // dnnfs: more mount arguments (the cluster phase's nodes)
+	env   []string // more environment of the daemon (the cluster phase's S3 credentials)
+
 	cmd      *exec.Cmd
 	done     chan error
 	logPath  string
@@ -141,6 +144,7 @@ func (s *System) mount(ctx context.Context, profile string) error {
 		if profile != "" {
 			args = append(args, "--cpuprofile", profile)
 		}
+		args = append(args, s.extra...)
 	}
 	lf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -149,6 +153,9 @@ func (s *System) mount(ctx context.Context, profile string) error {
 	fmt.Fprintf(lf, "# %s %s\n", time.Now().Format(time.RFC3339), shellJoin(args))
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	// Its own process group: a Ctrl-C in the terminal reaches the driver,
 	// which unmounts in order, not the daemons behind its back.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
