@@ -37,7 +37,7 @@ PYTHON         ?= /usr/bin/python3
 # /usr/local/local/... there, off sys.path).
 PYSITEDIR      ?= $(shell $(PYTHON) -c 'import site, sysconfig; p = "$(PREFIX)"; print(next((d for d in site.getsitepackages() if d.startswith(p + "/")), sysconfig.get_path("purelib", "posix_prefix", vars={"base": p, "platbase": p})))')
 
-.PHONY: all build run test deps vet unit fuzz clean bench bench-dlrm install uninstall
+.PHONY: all build run test deps cluster-engines vet unit fuzz clean bench bench-dlrm install uninstall
 
 all: build
 
@@ -48,7 +48,7 @@ build:
 # fusermount3, fio for benchmarks, attr for getfattr/setfattr, acl for
 # setfacl/getfacl, python3-numpy, python3-torch, python3-venv, python3-setuptools
 # and python3-pip for the Python package's tests) and the Go modules.
-deps:
+deps: cluster-engines
 	@missing=""; \
 	for pair in fusermount3:fuse3 fio:fio setfattr:attr setfacl:acl; do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
@@ -75,11 +75,15 @@ deps:
 		echo "installing: bash-completion"; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bash-completion >/dev/null; }
 	@test -e /dev/fuse || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)"; exit 1; }
-	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
-		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	$(GO) mod download
 	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		{ echo "installing: staticcheck $(STATICCHECK_VERSION)"; $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
+
+# cluster-engines: the etcd and S3 servers of the cluster tests and of make
+# bench's cluster phase (issue #17), built or installed when missing.
+cluster-engines:
+	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
+		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@$(ETCD) --version 2>/dev/null | grep -qx 'etcd Version: $(ETCD_VERSION)' || \
 		{ echo "installing: etcd $(ETCD_VERSION)"; cd tests/clusterenv/etcdserver && $(GO) build -trimpath -o $(ETCD) go.etcd.io/etcd/server/v3; }
 
@@ -166,12 +170,7 @@ test: deps vet build unit fuzz
 # CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
 # when they fit in memory); CLUSTER_S3_MIBPS=N: the cluster reaches S3
 # through a proxy pacing all replies to N MiB/s (a remote store).
-bench:
-	@# The cluster phase's engines, as `make deps` installs them.
-	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
-		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
-	@$(ETCD) --version 2>/dev/null | grep -qx 'etcd Version: $(ETCD_VERSION)' || \
-		{ echo "installing: etcd $(ETCD_VERSION)"; cd tests/clusterenv/etcdserver && $(GO) build -trimpath -o $(ETCD) go.etcd.io/etcd/server/v3; }
+bench: cluster-engines
 	$(GO) build -o bin/bench ./tests/bench
 	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" CLUSTER_S3_MIBPS="$(CLUSTER_S3_MIBPS)" ./bin/bench
 	$(MAKE) bench-dlrm
