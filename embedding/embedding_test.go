@@ -620,6 +620,83 @@ func TestMovesUnderConcurrentLookups(t *testing.T) {
 	}
 }
 
+// A reader pinned on a location that a replication superseded still reads
+// the primary; moving the primary next must wait for that reader before
+// the space is reused (a replication that did not wait left the reader
+// behind: it read another shard's rows).
+func TestMoveAfterReplicationWaitsForOlderReaders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	tt := newTestTier(t, []Model{{}, {}, {}}, DefaultSched)
+	tb, data := tt.table("t", 3000, 16, format.DtypeF32, rng) // 64-byte rows, 600 per shard
+	rb := int(tb.rowBytes)
+	const s = 1
+	a := tt.tier.dev(tb.shards[s].cur.Load().e.Dev)
+	var others []format.DevID
+	for _, d := range tt.tier.devs {
+		if d != a {
+			others = append(others, d.ID)
+		}
+	}
+	s2 := -1 // a full-size shard elsewhere, to reuse shard s's space on a
+	for i := 0; i < len(tb.shards)-1; i++ {
+		if tb.shards[i].cur.Load().e.Dev != a.ID {
+			s2 = i
+			break
+		}
+	}
+	if s2 < 0 {
+		t.Fatal("every shard is on one device")
+	}
+	// Hold the lookup's read of shard s on a until released.
+	var armed atomic.Bool
+	armed.Store(true)
+	reached, release := make(chan struct{}), make(chan struct{})
+	a.trace = func(p *piece) {
+		if !p.write && armed.CompareAndSwap(true, false) {
+			close(reached)
+			<-release
+		}
+	}
+	row := int64(s)*int64(tb.hdr.ShardRows) + 5
+	r, err := tb.ParseLookup(encode(1, modeGather, format.DtypeF32, []int64{row}, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan []byte, 1)
+	tb.Lookup(r, func(b []byte) { res <- b })
+	<-reached
+	moved := make(chan error, 1)
+	go func() {
+		err := tt.tier.MoveShard(tb, s, others[0], true) // replica: the new location shares the primary
+		if err == nil {
+			err = tt.tier.MoveShard(tb, s, others[1], false) // primary off a: its space is freed
+		}
+		if err == nil {
+			err = tt.tier.MoveShard(tb, s2, a.ID, false) // and reused
+		}
+		moved <- err
+	}()
+	select {
+	case err := <-moved:
+		close(release)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(300 * time.Millisecond): // the moves wait for the reader, as they should
+		close(release)
+		if err := <-moved; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := <-res
+	if st := binary.LittleEndian.Uint32(b[4:]); st != 0 {
+		t.Fatalf("lookup status %d", st)
+	}
+	if got := b[wire.ResultHeaderSize:]; string(got) != string(data[int(row)*rb:int(row+1)*rb]) {
+		t.Fatalf("row %d read wrong: the moves reused its space while it was being read", row)
+	}
+}
+
 func TestSpaceMapBestFitAndRelease(t *testing.T) {
 	s := newSpaceMap(1<<20, 5*4096)
 	var punched [][2]int64

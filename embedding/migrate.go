@@ -150,6 +150,13 @@ func (t *Tier) MoveShard(tb *Table, i int, to format.DevID, replicate bool) erro
 	dst.moves.Add(1)
 	if replicate {
 		t.mig.replications.Add(1)
+		// No copy is freed, but readers pinned on old still read its
+		// primary, which the new location names too. Wait for them before
+		// releasing the shard: the next change of it retires a copy
+		// waiting only for the pins of the location it supersedes (see
+		// retire), so a reader of old left behind could read the primary
+		// after its space was reused by another shard.
+		t.drain(old)
 	} else {
 		t.mig.moves.Add(1)
 		t.retire(old, e.Dev, int64(e.Off), span)
@@ -185,12 +192,25 @@ func (t *Tier) DropReplica(tb *Table, i int) error {
 }
 
 // retire frees a superseded copy once no piece pins the old location.
+// Only old's pins are waited for, which is enough because every change of
+// a shard drains the location it supersedes before the shard is released
+// (MoveShard, DropReplica), even when it frees no copy: so when a copy is
+// retired, old is the only superseded location a reader can still hold,
+// and the space is reused (DESIGN.md §Placement) only once no reader can
+// reach it (DESIGN.md §Migration: readers see the old location or the new
+// one).
 func (t *Tier) retire(old *location, dev format.DevID, off, span int64) {
-	for old.refs.Load() > 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	t.drain(old)
 	if d := t.dev(dev); d != nil {
 		d.space.release(off, span)
+	}
+}
+
+// drain waits until no piece pins the superseded location old (it is no
+// longer current, so no new pin can take hold: see Table.pin).
+func (t *Tier) drain(old *location) {
+	for old.refs.Load() > 0 {
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
