@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dnnfs/dnnfs/tests/clusterenv"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -380,16 +381,7 @@ func waitFor(ctx context.Context, p *clusterProc, limit time.Duration, ok func()
 }
 
 func etcdHealthy(url string) bool {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	resp, err := hc.Get(url + "/health")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	var h struct {
-		Health string `json:"health"`
-	}
-	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.Health == "true"
+	return clusterenv.EtcdHealthy(&http.Client{Timeout: 2 * time.Second}, url)
 }
 
 // stop kills the engines by the pids it started and removes the directory.

@@ -269,7 +269,11 @@ func (e *Etcd) httpClient() *http.Client {
 	return hc
 }
 
-func (e *Etcd) healthy(hc *http.Client, client string) bool {
+func (e *Etcd) healthy(hc *http.Client, client string) bool { return EtcdHealthy(hc, client) }
+
+// EtcdHealthy reports whether the etcd member at client URL answers
+// /health with "true" (it has a leader and a quorum).
+func EtcdHealthy(hc *http.Client, client string) bool {
 	resp, err := hc.Get(client + "/health")
 	if err != nil {
 		return false
