@@ -400,6 +400,19 @@ func TestRoundRobinOrder(t *testing.T) {
 			wg.Add(1)
 			go read(600 * 4) // large: 2400 rows, 38 pieces; its first blocks the loader
 			wait(38)
+			// The loader must hold a large piece (blocked on the gate)
+			// before the other classes queue: queued alone, the large
+			// pieces could still all be waiting, and the round would start
+			// elsewhere.
+			for {
+				mu.Lock()
+				k := len(order)
+				mu.Unlock()
+				if k >= 1 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
 			wg.Add(1)
 			go read(200) // medium: 4 pieces
 			wait(42)
