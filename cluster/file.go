@@ -60,6 +60,27 @@ type file struct {
 	commitMu sync.Mutex       // one commit of the file at a time
 	lockMu   sync.Mutex       // this node's takes and gives of the writer lock, in order
 	ahead    namespace.Chunks // chunks being read ahead
+	// storing: chunks whose verified bytes are being written into the
+	// pool, outside mu (a 32 MiB write and its flush); each channel closes
+	// when that store ends. Reads of other chunks, the chunk server and
+	// other stores go on meanwhile (DESIGN.md §Cluster, "Reads").
+	storing map[namespace.ChunkIdx]chan struct{}
+}
+
+// waitStoresLocked waits, with mu held (released while waiting), until no
+// chunk of f is being stored: a writer's bytes must not be overwritten by a
+// fill that began before the writer opened.
+func (f *file) waitStoresLocked() {
+	for len(f.storing) > 0 {
+		var ch chan struct{}
+		for _, c := range f.storing {
+			ch = c
+			break
+		}
+		f.mu.Unlock()
+		<-ch
+		f.mu.Lock()
+	}
 }
 
 // Handle is one open of a cluster file (fs keeps it in its file handle).
@@ -353,6 +374,14 @@ func (n *Node) placeRec(ctx context.Context, dir *core.Inode, name string, id na
 // resetLocked makes f the placeholder of version rec: its old chunks are
 // discarded (truncated away), its size and attributes are the record's.
 func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
+	// A store of the old version's chunk must not write into the new one's
+	// placeholder (nor past its size).
+	if len(f.storing) > 0 {
+		f.waitStoresLocked()
+		if f.ver != 0 && rec.Version <= f.ver {
+			return nil // another reset got there while this one waited
+		}
+	}
 	old := f.ver
 	zero, size := uint64(0), uint64(rec.Size)
 	mt := rec.MtimeTime()
@@ -460,6 +489,7 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 	f.mu.Lock()
 	f.writers++
 	f.opens++
+	f.waitStoresLocked()
 	f.mu.Unlock()
 	f.lockMu.Unlock()
 	h := &Handle{f: f, write: true}
@@ -653,27 +683,44 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 			return err
 		}
 	}
-	// Read-ahead: the next chunk comes while this one is read (one
-	// goroutine per chunk, not one per read).
-	if next := namespace.ChunkIdx(last + 1); int64(next)*cs < size {
+	n.readAhead(f, last+1, size, cs)
+	return nil
+}
+
+// readAhead starts fetching up to readAheadChunks chunks from next on
+// (one goroutine per chunk, not one per read), while the reader reads the
+// chunks it waited for: a sequential load then keeps several fetches in
+// flight, from different holders. The node runs at most
+// maxReadAheadFetches at once, so readers of many files do not hold
+// gigabytes of chunks in flight; a read-ahead that finds no slot is
+// started by a later read.
+func (n *Node) readAhead(f *file, next, size, cs int64) {
+	for i := next; i < next+readAheadChunks && i*cs < size; i++ {
+		c := namespace.ChunkIdx(i)
 		f.mu.Lock()
-		start := !f.present.Has(next) && !f.ahead.Has(next)
+		start := !f.present.Has(c) && !f.ahead.Has(c) && f.storing[c] == nil
 		if start {
-			f.ahead.Add(next)
+			select {
+			case n.aheadSlots <- struct{}{}:
+				f.ahead.Add(c)
+			default:
+				start = false
+			}
 		}
 		f.mu.Unlock()
-		if start {
-			go func() {
-				if err := n.fillChunk(n.ctx, f, next); err != nil {
-					n.log.Debug("read-ahead", zap.Error(err))
-				}
-				f.mu.Lock()
-				f.ahead.Remove(next)
-				f.mu.Unlock()
-			}()
+		if !start {
+			continue
 		}
+		go func() {
+			if err := n.fillChunk(n.ctx, f, c); err != nil {
+				n.log.Debug("read-ahead", zap.Error(err))
+			}
+			f.mu.Lock()
+			f.ahead.Remove(c)
+			f.mu.Unlock()
+			<-n.aheadSlots
+		}()
 	}
-	return nil
 }
 
 func (n *Node) fillAll(ctx context.Context, f *file) error {
@@ -693,7 +740,8 @@ func (n *Node) fillAll(ctx context.Context, f *file) error {
 }
 
 // fillChunk fetches chunk i of f's version unless it is present (or was
-// changed locally, whose bytes are the writer's).
+// changed locally, whose bytes are the writer's), and returns once it is
+// in the pool.
 func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) error {
 	f.mu.Lock()
 	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.ver == 0 {
@@ -707,37 +755,65 @@ func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) err
 	if err != nil {
 		return ioErr(fmt.Sprintf("fetching chunk %s", ref), err)
 	}
-	// Fetch stored it through StoreChunk; when it came from the memory
-	// cache (or StoreChunk could not), it goes in now.
-	if err := n.storeInFile(f, ref, data, objstore.Checksum(data)); err != nil {
-		return err
-	}
-	return nil
+	// Fetch stored it through StoreChunk (then the checksum is not taken
+	// again); when it came from the memory cache, or StoreChunk could not,
+	// it goes in now.
+	return n.storeInFile(f, ref, data, func() objstore.CRC32C { return objstore.Checksum(data) })
 }
 
-// storeInFile writes a verified chunk into f if f is still at its version.
-func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objstore.CRC32C) error {
+// storeInFile writes a verified chunk into f if f is still at its version,
+// and returns once the chunk is in the pool (stored by this call or by a
+// concurrent one). The bytes are written and flushed without f.mu held;
+// crc is called only when the chunk is written.
+func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc func() objstore.CRC32C) error {
 	release, ok := n.usePool()
 	if !ok {
 		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
 	}
 	defer release()
+	i := namespace.ChunkIdx(ref.Idx)
+	f.mu.Lock()
+	for {
+		if objstore.Version(f.ver) != ref.Ver || f.removed {
+			f.mu.Unlock()
+			return fmt.Errorf("%w: chunk %s: the file moved on to version %d", ErrCluster, ref, f.ver)
+		}
+		if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
+			f.mu.Unlock()
+			return nil
+		}
+		ch := f.storing[i]
+		if ch == nil {
+			break
+		}
+		f.mu.Unlock()
+		<-ch // another store of it: its outcome decides
+		f.mu.Lock()
+	}
+	if f.storing == nil {
+		f.storing = map[namespace.ChunkIdx]chan struct{}{}
+	}
+	done := make(chan struct{})
+	f.storing[i] = done
+	off := int64(ref.Idx) * f.cs
+	f.mu.Unlock()
+	sum := crc()
+	_, err := n.p.Write(f.in, off, data, false)
+	if err == nil {
+		// The bytes are durable before the state says they are present.
+		err = n.p.Fsync(f.in)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := namespace.ChunkIdx(ref.Idx)
-	if objstore.Version(f.ver) != ref.Ver || f.removed {
-		return fmt.Errorf("%w: chunk %s: the file moved on to version %d", ErrCluster, ref, f.ver)
+	delete(f.storing, i)
+	close(done)
+	if err != nil {
+		return err
 	}
-	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
+	if objstore.Version(f.ver) != ref.Ver || f.removed || f.changed.Has(i) || f.inflight.Has(i) {
+		// Reset to a newer version (which drops what was present) or
+		// written meanwhile: these bytes are not the chunk of any state.
 		return nil
-	}
-	off := int64(ref.Idx) * f.cs
-	if _, err := n.p.Write(f.in, off, data, false); err != nil {
-		return err
-	}
-	// The bytes are durable before the state says they are present.
-	if err := n.p.Fsync(f.in); err != nil {
-		return err
 	}
 	// The fill is no change of the file: its mtime stays the committed one.
 	mt := time.Unix(0, f.mtime)
@@ -745,7 +821,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return err
 	}
 	f.present.Add(i)
-	f.crc[i] = crc
+	f.crc[i] = sum
 	n.cache.drop(ref)
 	if err := n.saveLocked(f); err != nil {
 		return err
@@ -788,28 +864,29 @@ func (l local) ReadChunk(ref objstore.ChunkRef, off, length int64) ([]byte, int6
 }
 
 // readFileChunk reads a chunk from the pool file when it holds exactly that
-// version's chunk.
+// version's chunk. The copy is made without f.mu held (reads and stores of
+// other chunks go on); a reset of the file meanwhile makes it not ok.
 func (n *Node) readFileChunk(f *file, ref objstore.ChunkRef, off, length int64) ([]byte, int64, objstore.CRC32C, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	i := namespace.ChunkIdx(ref.Idx)
+	f.mu.Lock()
 	if objstore.Version(f.ver) != ref.Ver || !f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.removed {
+		f.mu.Unlock()
 		return nil, 0, 0, false
 	}
 	fsize := int64(f.in.Attr().Size)
 	start := int64(ref.Idx) * f.cs
 	size := min(f.cs, fsize-start)
+	crc, haveCRC := f.crc[i]
+	f.mu.Unlock()
 	if size <= 0 {
 		return nil, 0, 0, false
 	}
-	crc, haveCRC := f.crc[i]
 	if !haveCRC {
 		whole := make([]byte, size)
 		if k, err := n.p.ReadAt(f.in, whole, start); err != nil || int64(k) != size {
 			return nil, 0, 0, false
 		}
 		crc = objstore.Checksum(whole)
-		f.crc[i] = crc
 	}
 	off = min(max(off, 0), size)
 	end := size
@@ -820,6 +897,14 @@ func (n *Node) readFileChunk(f *file, ref objstore.ChunkRef, off, length int64) 
 	if k, err := n.p.ReadAt(f.in, b, start+off); err != nil || k != len(b) {
 		return nil, 0, 0, false
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if objstore.Version(f.ver) != ref.Ver || !f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.removed {
+		return nil, 0, 0, false // reset or written while it was read
+	}
+	if !haveCRC {
+		f.crc[i] = crc
+	}
 	return b, size, crc, true
 }
 
@@ -828,7 +913,7 @@ func (l local) StoreChunk(ref objstore.ChunkRef, data []byte, crc objstore.CRC32
 	n.mu.Lock()
 	f := n.byID[namespace.FileID(ref.File)]
 	n.mu.Unlock()
-	if f != nil && n.storeInFile(f, ref, data, crc) == nil {
+	if f != nil && n.storeInFile(f, ref, data, func() objstore.CRC32C { return crc }) == nil {
 		return nil
 	}
 	for _, gone := range n.cache.put(ref, data, crc) {

@@ -100,7 +100,19 @@ type Node struct {
 	names sync.Mutex
 
 	cache *memCache
+	// aheadSlots bounds the node's read-ahead fetches in flight
+	// (maxReadAheadFetches), each a chunk in memory until stored.
+	aheadSlots chan struct{}
 }
+
+// Read-ahead (DESIGN.md §Cluster, "Reads"): a read starts fetching the
+// readAheadChunks chunks after the ones it waits for, the node at most
+// maxReadAheadFetches at once (4 × 32 MiB chunks per file, 256 MiB in all
+// at the default chunk size).
+const (
+	readAheadChunks     = 4
+	maxReadAheadFetches = 8
+)
 
 // Dial connects to etcd and S3, registers this node and starts its chunk
 // server; the pool is not touched yet (Start). Every failure is one line.
@@ -136,7 +148,7 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{cfg: cfg, log: cfg.Log, files: map[core.Ino]*file{}, byID: map[namespace.FileID]*file{},
-		cache: newMemCache(cfg.CacheBytes)}
+		cache: newMemCache(cfg.CacheBytes), aheadSlots: make(chan struct{}, maxReadAheadFetches)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
