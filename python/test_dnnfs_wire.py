@@ -580,12 +580,16 @@ class TableTests(Base):
         deadline = time.monotonic() + 10
         while srv.writes < 3 and time.monotonic() < deadline:
             time.sleep(0.001)
-        for _ in range(3):
+        flushed = 0
+        while (flushed < 3 or srv.eofs == 0) and time.monotonic() < deadline:
             # Flush only with a read blocked, so it sees the EOF (a
-            # fixed sleep missed it on a loaded machine).
+            # fixed sleep missed it on a loaded machine), and until one
+            # read did: a flush can still land between two reads.
             while srv.waiting == 0 and time.monotonic() < deadline:
                 time.sleep(0.001)
             srv.flush()
+            flushed += 1
+            time.sleep(0.001)
         srv.hold.set()
         for th in threads:
             th.join(10)
