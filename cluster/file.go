@@ -353,6 +353,9 @@ func (n *Node) placeRec(ctx context.Context, dir *core.Inode, name string, id na
 			}
 		}
 	}
+	if rec.IsSymlink() {
+		return n.placeSymlinkLocked(dir, name, id, rec, rev)
+	}
 	in, err := n.p.Create(dir, name, core.NewInode{Mode: format.ModeReg | rec.Mode&format.ModePerm, UID: rec.UID, GID: rec.GID})
 	if err != nil {
 		return nil, err
@@ -369,6 +372,73 @@ func (n *Node) placeRec(ctx context.Context, dir *core.Inode, name string, id na
 	n.byID[id] = f
 	n.mu.Unlock()
 	return in, nil
+}
+
+// placeSymlinkLocked makes the local copy of a symbolic link committed on
+// another node (n.names held): the whole link is in its record.
+func (n *Node) placeSymlinkLocked(dir *core.Inode, name string, id namespace.FileID, rec namespace.FileRecord, rev int64) (*core.Inode, error) {
+	in, err := n.p.Create(dir, name, core.NewInode{Mode: format.ModeLnk | 0o777, UID: rec.UID, GID: rec.GID, Target: rec.Target})
+	if err != nil {
+		return nil, err
+	}
+	mt := rec.MtimeTime()
+	if err := n.p.Setattr(in, core.SetAttr{Mtime: &mt}); err != nil {
+		_ = n.p.Unlink(dir, name)
+		return nil, err
+	}
+	if err := n.registerSymlink(in, id, rec.Version, rev, rec.Mtime); err != nil {
+		_ = n.p.Unlink(dir, name)
+		return nil, err
+	}
+	return in, nil
+}
+
+// Symlinked shares a symbolic link just made in the pool (symlink(2)): one
+// commit makes its name and record visible to every node. On failure the
+// caller removes the local link, so a link exists everywhere or nowhere
+// but in the namespace: core.ErrExist when another node's file or link has
+// the name, ErrCluster when etcd did not answer.
+func (n *Node) Symlinked(ctx context.Context, dir *core.Inode, name string, in *core.Inode) error {
+	if n == nil {
+		return nil
+	}
+	ctx = uninterrupted(ctx)
+	target, err := n.p.Readlink(in)
+	if err != nil {
+		return err
+	}
+	path := join(n.pathOf(dir), name)
+	if path == "" || namespace.CleanPath(path) != nil {
+		return nil // not a name the namespace can hold: stays local
+	}
+	a := in.Attr()
+	rec := namespace.FileRecord{Version: 1, Size: int64(len(target)), Mode: namespace.ModeSymlink | 0o777,
+		Mtime: a.Mtime.UnixNano(), UID: a.UID, GID: a.GID, Target: target}
+	id := namespace.NewFileID()
+	rev, err := n.ns.Commit(ctx, path, id, 0, rec, namespace.Chunks{})
+	switch {
+	case errors.Is(err, namespace.ErrExists), errors.Is(err, namespace.ErrIsDir):
+		return fmt.Errorf("%w: symlink %s: %v", core.ErrExist, path, err)
+	case err != nil:
+		return ioErr("symlink "+path, err)
+	}
+	return n.registerSymlink(in, id, rec.Version, rev, rec.Mtime)
+}
+
+// registerSymlink records a shared symlink's state (the xattr, as a
+// file's), so that its unlink and rename go through the namespace.
+func (n *Node) registerSymlink(in *core.Inode, id namespace.FileID, ver namespace.Version, rev, mtime int64) error {
+	f := &file{in: in, id: id, ver: ver, base: rev, mtime: mtime, crc: map[namespace.ChunkIdx]objstore.CRC32C{}}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := n.saveLocked(f); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.files[in.Ino] = f
+	n.byID[id] = f
+	n.mu.Unlock()
+	return nil
 }
 
 // resetLocked makes f the placeholder of version rec: its old chunks are

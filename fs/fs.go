@@ -425,8 +425,17 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 }
 
 func (n *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ch, _, e := n.create(ctx, name, format.ModeLnk|0o777, target, 0, out)
-	return ch, e
+	ch, in, e := n.create(ctx, name, format.ModeLnk|0o777, target, 0, out)
+	if e != 0 {
+		return nil, e
+	}
+	// A cluster mount shares the link (DESIGN.md §Cluster): everywhere or,
+	// when the namespace refuses it, nowhere.
+	if err := n.opts.Cluster.Symlinked(ctx, n.in, name, in); err != nil {
+		_ = n.p.Unlink(n.in, name)
+		return nil, n.fail("symlink", err)
+	}
+	return ch, 0
 }
 
 func (n *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

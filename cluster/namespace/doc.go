@@ -44,7 +44,8 @@
 //	| files   | size       | int    | bytes                                                      |
 //	| files   | chunk_size | int    | bytes per chunk of this file                               |
 //	| files   | manifest   | string | S3 key of this version's manifest                          |
-//	| files   | mode       | int    | permission and type bits                                   |
+//	| files   | mode       | int    | permission and type bits (type 0 or S_IFREG: a file; S_IFLNK: a symlink) |
+//	| files   | target     | string | a symlink's target (then chunk_size 0, manifest "", size = its length); absent otherwise |
 //	| files   | mtime      | int    | unix ns                                                    |
 //	| files   | uid, gid   | int    | owner                                                      |
 //	| holders | chunks     | string | chunk indexes held, as sorted ranges "0-3,7" (Chunks)      |

@@ -651,3 +651,32 @@ func TestAllMembersDown(t *testing.T) {
 		return err == nil && len(hs) == 1 && hs["a"].Equal(old[namespace.FileVersion{File: id, Ver: 1}])
 	})
 }
+
+// TestSymlinkRecords: a symlink's record carries its target and no chunks;
+// records mixing the two kinds are refused before any transaction.
+func TestSymlinkRecords(t *testing.T) {
+	e := clusterenv.StartEtcd(t, 1)
+	a := open(t, e.Endpoints(), "a")
+	b := open(t, e.Endpoints(), "b")
+	ctx := context.Background()
+	link := namespace.FileRecord{Version: 1, Size: 8, Mode: namespace.ModeSymlink | 0o777, Target: "step-100"}
+	id := namespace.NewFileID()
+	if _, err := a.Commit(ctx, "runs/latest", id, 0, link, namespace.Chunks{}); err != nil {
+		t.Fatal(err)
+	}
+	sid, got, _, err := b.Stat(ctx, "runs/latest")
+	if err != nil || sid != id || !got.IsSymlink() || got.Target != "step-100" || got.Chunks() != 0 {
+		t.Fatalf("Stat of the link: %s %+v %v", sid, got, err)
+	}
+	for name, bad := range map[string]namespace.FileRecord{
+		"no target":           {Version: 1, Mode: namespace.ModeSymlink | 0o777},
+		"size not target's":   {Version: 1, Size: 3, Mode: namespace.ModeSymlink | 0o777, Target: "step-100"},
+		"symlink with chunks": {Version: 1, Size: 8, ChunkSize: 1 << 20, Mode: namespace.ModeSymlink | 0o777, Target: "step-100"},
+		"file with a target":  {Version: 1, Size: 8, ChunkSize: 1 << 20, Mode: 0o644, Target: "step-100"},
+		"a device":            {Version: 1, Size: 0, ChunkSize: 1 << 20, Mode: 0o020644},
+	} {
+		if _, err := a.Commit(ctx, "runs/"+strings.ReplaceAll(name, " ", "-"), namespace.NewFileID(), 0, bad, namespace.Chunks{}); !errors.Is(err, namespace.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}

@@ -40,7 +40,21 @@ type FileRecord struct {
 	Mtime     int64   `json:"mtime"` // unix ns
 	UID       uint32  `json:"uid"`
 	GID       uint32  `json:"gid"`
+	// Target is a symbolic link's (Mode's type bits ModeSymlink): its
+	// whole content, so the record has no chunks, manifest or objects.
+	Target string `json:"target,omitempty"`
 }
+
+// Mode type bits of a FileRecord (as st_mode's): a regular file's record
+// may carry 0 (records before symbolic links had only permission bits).
+const (
+	ModeTypeMask uint32 = 0o170000
+	ModeRegular  uint32 = 0o100000
+	ModeSymlink  uint32 = 0o120000
+)
+
+// IsSymlink tells a symbolic link's record.
+func (r FileRecord) IsSymlink() bool { return r.Mode&ModeTypeMask == ModeSymlink }
 
 // holderRecord is the value of <prefix>/holders/<id>/<ver>/<node>.
 type holderRecord struct {
@@ -98,13 +112,22 @@ func decodeFile(key string, val []byte) (FileRecord, error) {
 	if err := decode(key, val, &r); err != nil {
 		return r, err
 	}
-	if r.Version == 0 || r.Size < 0 || r.ChunkSize <= 0 {
-		return r, fmt.Errorf("%w: etcd key %s: version %d size %d chunk_size %d", ErrInvalid, key, r.Version, r.Size, r.ChunkSize)
+	if err := r.check(); err != nil {
+		return r, fmt.Errorf("etcd key %s: %w", key, err)
 	}
 	return r, nil
 }
 
 func (r FileRecord) check() error {
+	switch t := r.Mode & ModeTypeMask; {
+	case t == ModeSymlink:
+		if r.Version == 0 || r.Target == "" || r.Size != int64(len(r.Target)) || r.ChunkSize != 0 || r.Manifest != "" {
+			return fmt.Errorf("%w: symlink record version %d size %d target %q chunk_size %d manifest %q", ErrInvalid, r.Version, r.Size, r.Target, r.ChunkSize, r.Manifest)
+		}
+		return nil
+	case t != 0 && t != ModeRegular, r.Target != "":
+		return fmt.Errorf("%w: file record mode %#o target %q: only regular files and symlinks are shared", ErrInvalid, r.Mode, r.Target)
+	}
 	if r.Version == 0 || r.Size < 0 || r.ChunkSize <= 0 {
 		return fmt.Errorf("%w: file record version %d size %d chunk_size %d", ErrInvalid, r.Version, r.Size, r.ChunkSize)
 	}

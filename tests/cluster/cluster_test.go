@@ -202,6 +202,7 @@ func TestCluster(t *testing.T) {
 	t.Run("WriteOnAReadOnBC", func(t *testing.T) { testWriteReadElsewhere(t, e, a, b, c) })
 	t.Run("ConflictingWriters", func(t *testing.T) { testConflictingWriters(t, a, b) })
 	t.Run("RenameUnlink", func(t *testing.T) { testRenameUnlink(t, a, b) })
+	t.Run("Symlinks", func(t *testing.T) { testSymlinks(t, a, b, c) })
 	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
 	t.Run("RejoinDropsSuperseded", func(t *testing.T) { testRejoin(t, e) })
 	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
@@ -429,6 +430,69 @@ func testRenameUnlink(t *testing.T, a, b *harness.FS) {
 	})
 }
 
+// testSymlinks: a symbolic link made on one node (the "latest ->
+// step-N" pattern of checkpoint directories) reads the same on the
+// others, and follows renames and unlinks.
+func testSymlinks(t *testing.T, a, b, c *harness.FS) {
+	data := randomBytes(2000, 21)
+	writeFile(t, a.Path("runs", "step-100", "model.bin"), data)
+	if err := os.Symlink("step-100", a.Path("runs", "latest")); err != nil {
+		t.Fatalf("symlink on a: %v", err)
+	}
+	readlink := func(f *harness.FS, name string) string {
+		t.Helper()
+		var got string
+		waitFor(t, "the link "+f.Path("runs", name), func() bool {
+			var err error
+			got, err = os.Readlink(f.Path("runs", name))
+			return err == nil
+		})
+		return got
+	}
+	if got := readlink(b, "latest"); got != "step-100" {
+		t.Fatalf("readlink on b: %q, want step-100", got)
+	}
+	checkFile(t, b.Path("runs", "latest", "model.bin"), data) // followed
+	st, err := os.Lstat(b.Path("runs", "latest"))
+	if err != nil || st.Mode()&os.ModeSymlink == 0 || st.Size() != int64(len("step-100")) {
+		t.Fatalf("lstat on b: %v, %v", st, err)
+	}
+	// Listing finds it too (c never looked the name up).
+	ents, err := os.ReadDir(c.Path("runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range ents {
+		found = found || e.Name() == "latest" && e.Type()&os.ModeSymlink != 0
+	}
+	if !found {
+		t.Fatalf("readdir on c: %v has no symlink latest", ents)
+	}
+	// The checkpoint pattern: a new link under a temporary name, renamed
+	// over the old one on b.
+	if err := os.Symlink("step-200", b.Path("runs", "latest.tmp")); err != nil {
+		t.Fatalf("symlink on b: %v", err)
+	}
+	if err := os.Rename(b.Path("runs", "latest.tmp"), b.Path("runs", "latest")); err != nil {
+		t.Fatalf("rename over the link on b: %v", err)
+	}
+	waitFor(t, "a to see the new link", func() bool {
+		got, err := os.Readlink(a.Path("runs", "latest"))
+		return err == nil && got == "step-200"
+	})
+	if got := readlink(c, "latest"); got != "step-200" {
+		t.Fatalf("readlink on c: %q, want step-200", got)
+	}
+	if err := os.Remove(a.Path("runs", "latest")); err != nil {
+		t.Fatalf("unlink the link on a: %v", err)
+	}
+	waitFor(t, "b to drop the unlinked link", func() bool {
+		_, err := os.Lstat(b.Path("runs", "latest"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
 // testKillHolder: a holder killed (-9) while a reader loads from it costs
 // the reader no error.
 func testKillHolder(t *testing.T, e *env, a, b, c *harness.FS) {
@@ -567,6 +631,13 @@ func testEtcdUnreachable(t *testing.T, e *env) {
 		t.Errorf("fsync with etcd down: %v, want EIO", err)
 	}
 	f.Close()
+	// A symlink is committed as it is made: EIO, and no link is left.
+	if err := os.Symlink("etcd-down.bin", e.nodes["a"].Path("etcd-down-link")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("symlink with etcd down: %v, want EIO", err)
+	}
+	if _, err := os.Lstat(e.nodes["a"].Path("etcd-down-link")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed symlink left a name: %v", err)
+	}
 	for i := 0; i < e.etcd.Members(); i++ {
 		e.etcd.StartMember(i)
 	}
