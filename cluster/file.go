@@ -488,11 +488,89 @@ func (n *Node) revalidate(ctx context.Context, f *file) {
 	if err != nil {
 		return // gone (the name watch unlinks it) or etcd away: serve what is here
 	}
-	if rec.Version > f.ver {
+	switch {
+	case rec.Version > f.ver:
 		if err := n.resetLocked(f, rec, rev); err != nil {
 			n.log.Error("discarding an old version", zap.String("id", string(f.id)), zap.Error(err))
 		}
 		go n.invalidate(f.in.Ino)
+	case rec.Version == f.ver && rev > f.base:
+		n.applyMetaLocked(f, rec, rev)
+		go n.invalidate(f.in.Ino)
+	}
+}
+
+// applyMetaLocked takes a chmod, chown or utimes another node made of the
+// version f has (SetMeta): the chunks stay, the attributes and the base of
+// the next commit follow the record.
+func (n *Node) applyMetaLocked(f *file, rec namespace.FileRecord, rev int64) {
+	mt := rec.MtimeTime()
+	mode := rec.Mode & format.ModePerm
+	if err := n.p.Setattr(f.in, core.SetAttr{Mtime: &mt, Mode: &mode, UID: &rec.UID, GID: &rec.GID}); err != nil {
+		n.log.Warn("taking another node's chmod/chown/utimes", zap.String("id", string(f.id)), zap.Error(err))
+		return
+	}
+	f.base, f.mtime = rev, rec.Mtime
+	if err := n.saveLocked(f); err != nil {
+		n.log.Warn("saving the cluster state", zap.String("id", string(f.id)), zap.Error(err))
+	}
+}
+
+// MetaChanged shares a chmod, chown or utimes just made in the pool of a
+// committed cluster file (before: its attributes until then). A file this
+// node writes takes them with its next commit. Otherwise one SetMeta
+// changes the record in place, the version stays, and other nodes apply it
+// from the file watch (or at their next open). When it fails the caller
+// restores before: ErrWriterBusy while another node writes the file,
+// ErrCluster when etcd did not answer.
+func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
+	if n == nil {
+		return nil
+	}
+	ctx = uninterrupted(ctx)
+	f := n.fileOf(in)
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	if f.ver == 0 || f.removed || f.writers > 0 || f.dirty {
+		f.mu.Unlock()
+		return nil // never committed, or its commit carries them
+	}
+	if f.src != "" {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: an attached object", ErrReadOnly)
+	}
+	id, base := f.id, f.base
+	f.mu.Unlock()
+	a := in.Attr()
+	m := namespace.Meta{Mode: a.Mode & format.ModePerm, UID: a.UID, GID: a.GID, Mtime: a.Mtime.UnixNano()}
+	for try := 0; ; try++ {
+		rec, rev, err := n.ns.SetMeta(ctx, id, base, m)
+		switch {
+		case err == nil:
+			f.mu.Lock()
+			if f.ver == rec.Version && rev > f.base {
+				f.base, f.mtime = rev, rec.Mtime
+				if err := n.saveLocked(f); err != nil {
+					n.log.Warn("saving the cluster state", zap.String("id", string(f.id)), zap.Error(err))
+				}
+			}
+			f.mu.Unlock()
+			return nil
+		case errors.Is(err, namespace.ErrWriterBusy):
+			return fmt.Errorf("%w: %v", ErrWriterBusy, err)
+		case errors.Is(err, namespace.ErrConflict) && try < 3:
+			// Another node's SetMeta or commit came first: the change
+			// applies on top of the record as it is now.
+			_, rev, ferr := n.ns.File(ctx, id)
+			if ferr != nil {
+				return ioErr("setattr", ferr)
+			}
+			base = rev
+		default:
+			return ioErr("setattr", err)
+		}
 	}
 }
 
@@ -583,10 +661,17 @@ func (n *Node) revalidateWriter(ctx context.Context, f *file) {
 		return
 	}
 	rec, rev, err := n.ns.File(ctx, f.id)
-	if err == nil && rec.Version > f.ver {
+	switch {
+	case err != nil:
+	case rec.Version > f.ver:
 		if err := n.resetLocked(f, rec, rev); err == nil {
 			go n.invalidate(f.in.Ino)
 		}
+	case rec.Version == f.ver && rev > f.base:
+		// Another node's chmod/chown/utimes: this writer's commit
+		// compares against the record as it is now.
+		n.applyMetaLocked(f, rec, rev)
+		go n.invalidate(f.in.Ino)
 	}
 }
 
@@ -714,6 +799,51 @@ func (n *Node) Wrote(in *core.Inode, off, length int64) {
 	for i := off / cs; i <= (off+length-1)/cs; i++ {
 		f.changed.Add(namespace.ChunkIdx(i))
 	}
+}
+
+// Truncate runs local, a truncate(2) of in to size, as a writer of a
+// committed cluster file that no handle on this node writes: the writer
+// lock, the chunks the new size keeps (none for 0), local, then one commit,
+// so the other nodes see the new size at once rather than with some later
+// writer's close. A file this node writes (ftruncate, or truncate(2) while
+// it is open for writing) commits it with its writer's fsync or close, as
+// any write. Errors: ErrWriterBusy while another node writes the file,
+// ErrReadOnly for an attached object, ErrCluster when a step failed (the
+// local truncate may be done then: it is committed by the next writer).
+func (n *Node) Truncate(ctx context.Context, in *core.Inode, size int64, local func() error) error {
+	if n == nil {
+		return local()
+	}
+	ctx = uninterrupted(ctx)
+	old := int64(in.Attr().Size)
+	f := n.fileOf(in)
+	if f == nil {
+		return local()
+	}
+	f.mu.Lock()
+	own := f.ver == 0 || f.writers > 0
+	attached := f.src != ""
+	f.mu.Unlock()
+	if attached {
+		return fmt.Errorf("%w: an attached object", ErrReadOnly)
+	}
+	if own {
+		if err := local(); err != nil {
+			return err
+		}
+		n.Resized(in, old, size)
+		return nil
+	}
+	h, err := n.Open(ctx, in, true, size == 0)
+	if err != nil {
+		return err
+	}
+	defer n.Release(h)
+	if err := local(); err != nil {
+		return err
+	}
+	n.Resized(in, old, size)
+	return n.Flush(ctx, h)
 }
 
 // Resized records a size change (truncate, O_TRUNC, fallocate) of a
@@ -1217,16 +1347,19 @@ func (n *Node) fileEvent(ev namespace.FileEvent) {
 	}
 	f.mu.Lock()
 	stale := ev.Record.Version > f.ver && f.ver > 0
+	meta := ev.Record.Version == f.ver && f.ver > 0 && ev.Rev > f.base
 	switch {
 	case stale && f.opens == 0 && !f.dirty:
 		if err := n.resetLocked(f, ev.Record, ev.Rev); err != nil {
 			n.log.Warn("discarding an old version", zap.String("id", string(f.id)), zap.Error(err))
 		}
-	case stale:
+	case meta && f.writers == 0 && !f.dirty:
+		n.applyMetaLocked(f, ev.Record, ev.Rev)
+	case stale, meta:
 		f.pending = true // at the last close
 	}
 	f.mu.Unlock()
-	if stale {
+	if stale || meta {
 		n.invalidate(f.in.Ino)
 	}
 }

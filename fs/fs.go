@@ -343,11 +343,34 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	atime, mtime := in.Valid&fuse.FATTR_ATIME != 0, in.Valid&fuse.FATTR_MTIME != 0
 	sa.TimesNow = (atime || mtime) && (!atime || in.Valid&fuse.FATTR_ATIME_NOW != 0) &&
 		(!mtime || in.Valid&fuse.FATTR_MTIME_NOW != 0)
-	if err := n.p.SetattrAs(callerOf(ctx), n.in, sa); err != nil {
+	var before core.Attr // for the cluster: restored when the namespace refuses the change
+	if n.opts.Cluster != nil {
+		before = n.in.Attr()
+	}
+	set := func() error { return n.p.SetattrAs(callerOf(ctx), n.in, sa) }
+	var err error
+	switch {
+	case sa.Size != nil && in.Valid&fuse.FATTR_FH == 0:
+		// truncate(2): a shared file's new size is committed now.
+		err = n.opts.Cluster.Truncate(ctx, n.in, int64(*sa.Size), set)
+	case sa.Size != nil:
+		if err = set(); err == nil {
+			n.opts.Cluster.Resized(n.in, oldSize, int64(*sa.Size))
+		}
+	default:
+		err = set()
+	}
+	if err != nil {
 		return n.fail("setattr", err)
 	}
-	if sa.Size != nil {
-		n.opts.Cluster.Resized(n.in, oldSize, int64(*sa.Size))
+	if sa.Mode != nil || sa.UID != nil || sa.GID != nil || sa.Mtime != nil || sa.TimesNow && mtime {
+		// chmod, chown and utimes of a shared file reach the other nodes
+		// now, or not at all (DESIGN.md §Cluster).
+		if err := n.opts.Cluster.MetaChanged(ctx, n.in); err != nil {
+			mode := before.Mode & format.ModePerm
+			_ = n.p.Setattr(n.in, core.SetAttr{Mode: &mode, UID: &before.UID, GID: &before.GID, Mtime: &before.Mtime})
+			return n.fail("setattr", err)
+		}
 	}
 	a := n.in.Attr()
 	fillAttr(&a, &out.Attr)

@@ -64,6 +64,7 @@
 //	| Rename (file) | names/<old>, names/<new> unchanged; <new> placeable                                                            | delete names/<old>, put names/<new>, delete the replaced file's record            |
 //	| Rename (dir)  | every names/<old>/… unchanged, none added; <new> absent and placeable                                          | move every names/<old>/… to names/<new>/… (≤ MaxTxnOps/2 files)                   |
 //	| Remove        | names/<path> unchanged                                                                                         | delete names/<path>, files/<id>                                                   |
+//	| SetMeta       | files/<id> mod rev = base; writers/<id> ours if held, else absent                                              | put files/<id> (same version; mode, uid, gid, mtime)                              |
 //	| AcquireWriter | writers/<id> absent                                                                                            | put writers/<id> (lease)                                                          |
 //	| Release       | writers/<id> under the lock's lease                                                                            | delete writers/<id>                                                               |
 //

@@ -175,6 +175,83 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 	return resp.Header.Revision, nil
 }
 
+// Meta is the part of a file's record that chmod, chown and utimes change
+// without a new version.
+type Meta struct {
+	Mode     uint32
+	UID, GID uint32
+	Mtime    int64 // unix ns
+}
+
+// SetMeta changes a committed file's mode, owner and mtime in place: the
+// version, size and chunks stay, so no node drops what it holds. It
+// succeeds only if files/<id> is still at mod revision base and no node
+// holds the writer lock but this one (a writer's next commit would
+// otherwise be refused for the changed revision); it returns the record's
+// new mod revision. ErrConflict when the record changed meanwhile (read it
+// again and retry), ErrWriterBusy when another node writes the file,
+// ErrNotFound when it was removed, ErrUnavailable when etcd did not answer.
+func (ns *NS) SetMeta(ctx context.Context, id FileID, base int64, m Meta) (FileRecord, int64, error) {
+	if err := id.Valid(); err != nil {
+		return FileRecord{}, 0, err
+	}
+	ctx, cancel := ns.opCtx(ctx)
+	defer cancel()
+	fk := ns.fileKey(id)
+	resp, err := ns.get(ctx, "setattr "+string(id), fk)
+	if err != nil {
+		return FileRecord{}, 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return FileRecord{}, 0, fmt.Errorf("%w: file %s", ErrNotFound, id)
+	}
+	if resp.Kvs[0].ModRevision != base {
+		return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: the record changed at revision %d (read at %d)", ErrConflict, id, resp.Kvs[0].ModRevision, base)
+	}
+	rec, err := decodeFile(fk, resp.Kvs[0].Value)
+	if err != nil {
+		return FileRecord{}, 0, err
+	}
+	rec.Mode = rec.Mode&ModeTypeMask | m.Mode&^ModeTypeMask
+	rec.UID, rec.GID, rec.Mtime = m.UID, m.GID, m.Mtime
+	if err := rec.check(); err != nil {
+		return FileRecord{}, 0, err
+	}
+	val := mustJSON(rec)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(fk), "=", base)}
+	ns.mu.Lock()
+	wl, holdsLock := ns.writers[id]
+	ns.mu.Unlock()
+	if holdsLock {
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(ns.writerKey(id)), "=", wl))
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ns.writerKey(id)), "=", 0))
+	}
+	tresp, ambiguous, err := ns.txn(ctx, "setattr "+string(id), cmps, []clientv3.Op{clientv3.OpPut(fk, val)},
+		[]clientv3.Op{clientv3.OpGet(fk), clientv3.OpGet(ns.writerKey(id))})
+	if err != nil {
+		return FileRecord{}, 0, err
+	}
+	if !tresp.Succeeded {
+		fkv := tresp.Responses[0].GetResponseRange().GetKvs()
+		wkv := tresp.Responses[1].GetResponseRange().GetKvs()
+		switch {
+		case ambiguous && len(fkv) > 0 && fkv[0].ModRevision > base && string(fkv[0].Value) == val:
+			return rec, fkv[0].ModRevision, nil // an attempt that seemed to fail was applied
+		case len(fkv) == 0:
+			return FileRecord{}, 0, fmt.Errorf("%w: file %s was removed meanwhile", ErrNotFound, id)
+		case fkv[0].ModRevision != base:
+			return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: the record changed meanwhile", ErrConflict, id)
+		case len(wkv) > 0:
+			var w writerRecord
+			decode(string(wkv[0].Key), wkv[0].Value, &w)
+			return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: node %s holds the writer lock", ErrWriterBusy, id, w.Node)
+		}
+		return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: raced with another transaction", ErrConflict, id)
+	}
+	return rec, tresp.Header.Revision, nil
+}
+
 // noteHeld records a holder record a commit wrote under lease.
 func (ns *NS) noteHeld(lease clientv3.LeaseID, fv FileVersion, held Chunks) {
 	if held.Len() == 0 {

@@ -203,6 +203,7 @@ func TestCluster(t *testing.T) {
 	t.Run("ConflictingWriters", func(t *testing.T) { testConflictingWriters(t, a, b) })
 	t.Run("RenameUnlink", func(t *testing.T) { testRenameUnlink(t, a, b) })
 	t.Run("Symlinks", func(t *testing.T) { testSymlinks(t, a, b, c) })
+	t.Run("SetattrTravels", func(t *testing.T) { testSetattr(t, a, b, c) })
 	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
 	t.Run("RejoinDropsSuperseded", func(t *testing.T) { testRejoin(t, e) })
 	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
@@ -491,6 +492,100 @@ func testSymlinks(t *testing.T, a, b, c *harness.FS) {
 		_, err := os.Lstat(b.Path("runs", "latest"))
 		return errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// testSetattr: chmod, chown and utimes of a committed file reach the other
+// nodes at once, without a new version (the readers keep their chunks);
+// while another node writes the file they are refused with EBUSY, and the
+// local change is undone. truncate(2) is committed as it is made.
+func testSetattr(t *testing.T, a, b, c *harness.FS) {
+	data := randomBytes(2*chunk+100, 31)
+	writeFile(t, a.Path("meta.bin"), data)
+	checkFile(t, b.Path("meta.bin"), data) // b holds every chunk
+	before := fileState(t, b.Path("meta.bin"))
+	mode := func(f *harness.FS) os.FileMode {
+		st, err := os.Stat(f.Path("meta.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode().Perm()
+	}
+	if err := os.Chmod(a.Path("meta.bin"), 0o600); err != nil {
+		t.Fatalf("chmod on a: %v", err)
+	}
+	waitFor(t, "b to see a's chmod", func() bool { return mode(b) == 0o600 })
+	if err := os.Chown(b.Path("meta.bin"), 1234, 5678); err != nil {
+		t.Fatalf("chown on b: %v", err)
+	}
+	owner := func(f *harness.FS) (uint32, uint32) {
+		var st unix.Stat_t
+		if err := unix.Stat(f.Path("meta.bin"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Uid, st.Gid
+	}
+	waitFor(t, "a to see b's chown", func() bool { u, g := owner(a); return u == 1234 && g == 5678 })
+	mt := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	if err := os.Chtimes(c.Path("meta.bin"), mt, mt); err != nil {
+		t.Fatalf("utimes on c: %v", err)
+	}
+	waitFor(t, "a and b to see c's utimes", func() bool {
+		for _, f := range []*harness.FS{a, b} {
+			st, err := os.Stat(f.Path("meta.bin"))
+			if err != nil || !st.ModTime().Equal(mt) {
+				return false
+			}
+		}
+		return true
+	})
+	if u, g := owner(c); u != 1234 || g != 5678 || mode(c) != 0o600 {
+		t.Fatalf("c: owner %d:%d mode %o", u, g, mode(c))
+	}
+	// The same version, and b kept its chunks: nothing to fetch again.
+	after := fileState(t, b.Path("meta.bin"))
+	if after.Ver != before.Ver || after.Chunks != before.Chunks || after.Chunks == "" {
+		t.Fatalf("b's state went from %+v to %+v: a metadata change made a new version or dropped chunks", before, after)
+	}
+	checkFile(t, b.Path("meta.bin"), data)
+	// A writer on a: chmod elsewhere is refused and undone; a's own chmod
+	// travels with its commit, which still succeeds.
+	fa, err := os.OpenFile(a.Path("meta.bin"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(b.Path("meta.bin"), 0o644); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("chmod on b while a writes: %v, want EBUSY", err)
+	}
+	if m := mode(b); m != 0o600 {
+		t.Errorf("b's refused chmod left mode %o, want 600", m)
+	}
+	if err := fa.Chmod(0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.WriteAt([]byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatalf("commit after the metadata changes: %v", err)
+	}
+	copy(data, "v2")
+	waitFor(t, "b to see a's commit", func() bool { return mode(b) == 0o640 })
+	checkFile(t, b.Path("meta.bin"), data)
+	// truncate(2) without an open is committed at once, keeping the bytes
+	// below the new size (the chunk it cuts is pulled first).
+	if err := os.Truncate(c.Path("meta.bin"), chunk+10); err != nil {
+		t.Fatalf("truncate on c: %v", err)
+	}
+	waitFor(t, "a to see c's truncate", func() bool {
+		st, err := os.Stat(a.Path("meta.bin"))
+		return err == nil && st.Size() == chunk+10
+	})
+	checkFile(t, a.Path("meta.bin"), data[:chunk+10])
+	checkFile(t, b.Path("meta.bin"), data[:chunk+10])
+	if err := os.Truncate(b.Path("meta.bin"), 0); err != nil {
+		t.Fatalf("truncate to 0 on b: %v", err)
+	}
+	checkFile(t, a.Path("meta.bin"), nil)
 }
 
 // testKillHolder: a holder killed (-9) while a reader loads from it costs
