@@ -722,6 +722,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
 	}
 	defer release()
+	n.makeRoom(int64(len(data)), nil) // the low watermark (evict.go)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := namespace.ChunkIdx(ref.Idx)
@@ -732,7 +733,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return nil
 	}
 	off := int64(ref.Idx) * f.cs
-	if _, err := n.p.Write(f.in, off, data, false); err != nil {
+	if _, err := n.writeChunkLocked(f, off, data); err != nil { // evicts and retries on ENOSPC
 		return err
 	}
 	// The bytes are durable before the state says they are present.
@@ -745,6 +746,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return err
 	}
 	f.present.Add(i)
+	n.stored(f, i)
 	f.crc[i] = crc
 	n.cache.drop(ref)
 	if err := n.saveLocked(f); err != nil {

@@ -88,6 +88,7 @@ func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if h, ok := fh.(*handle); ok {
 		c.NoAtime = h.noAtime
 	}
+	defer n.opts.Cluster.Pin(n.in, off, int64(len(dest)))() // not evicted before ReadAs holds its range
 	if err := n.opts.Cluster.Fill(ctx, n.in, off, int64(len(dest))); err != nil {
 		return nil, n.fail("read", err) // chunks not in the pool yet come first
 	}
