@@ -245,6 +245,7 @@ func testBadConfig(t *testing.T, e *env) {
 		{"duplicate node id", good("a"), nil, "already registered"},
 		{"missing token file", set(good("x4"), "--cluster-token-file", filepath.Join(mnt, "none")), nil, "token"},
 		{"S3 unreachable", set(good("x5"), "--s3-endpoint", "http://"+dead), nil, "unreachable"},
+		{"bad cache watermark", set(good("x6"), "--cluster-cache-min-free", "100%"), nil, "--cluster-cache-min-free"},
 	}
 	// The cases wait for timeouts (an unreachable endpoint): at once.
 	var wg sync.WaitGroup
@@ -480,14 +481,16 @@ func testEvict(t *testing.T, e *env) {
 	const nch = 10
 	data := randomBytes(nch*chunk-4321, 17) // 160 MiB less a bit: the last chunk is short
 	writeFile(t, a.Path("evict.bin"), data)
-	// d's pool (96 MiB, 10% of it kept free) holds about five 16 MiB chunks.
+	// d's pool (96 MiB, 9 MiB of it kept free, given as mount(8) would)
+	// holds about five 16 MiB chunks.
 	pool := harness.Mkfs(t, "96MiB")
-	d := harness.Mount(t, pool, append(e.clusterArgs(t, "d", "127.0.0.4"), "--metrics-listen", "127.0.0.1:0")...)
+	d := harness.Mount(t, pool, append(e.clusterArgs(t, "d", "127.0.0.4"), "--metrics-listen", "127.0.0.1:0",
+		"-o", "cluster-cache-min-free=9MiB")...)
 	path := d.Path("evict.bin")
-	checkFile(t, path, data)
 
-	// Two readers at once, from the start and from the middle: chunks are
-	// evicted under them, never while one reads them.
+	// Two readers at once, each of the whole file, one from the start and
+	// one from the middle: chunks are evicted under them, never while one
+	// reads them.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for r, from := range []int{0, len(data) / 2} {
@@ -523,7 +526,7 @@ func testEvict(t *testing.T, e *env) {
 	}
 
 	st := status(t, d)
-	if st.Evicted.Chunks == 0 || st.Evicted.Bytes < st.Evicted.Chunks*(chunk-4321) || st.Evicted.MinFree <= 0 {
+	if st.Evicted.Chunks == 0 || st.Evicted.Bytes < st.Evicted.Chunks*(chunk-4321) || st.Evicted.MinFree != 9<<20 {
 		t.Fatalf("d evicted %+v after reading a %d MiB file into a 96 MiB pool: want chunks evicted", st.Evicted, len(data)>>20)
 	}
 	t.Logf("d: evicted %+v; fetched peer %+v home %+v s3 %+v", st.Evicted, st.Fetch.Peer, st.Fetch.Home, st.Fetch.S3)
