@@ -597,6 +597,9 @@ func testEvict(t *testing.T, e *env) {
 	if !strings.Contains(string(log), "evicted cluster chunks from the pool") {
 		t.Errorf("no eviction pass in d's log")
 	}
+	if out, stderr, code := harness.Run(t, "status", d.Mnt); code != 0 || !regexp.MustCompile(`evicted [1-9][0-9]* chunks`).MatchString(out) {
+		t.Errorf("dnnfs status: exit %d, no evicted chunks counted\n%s%s", code, out, stderr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fam, err := metrics.Scrape(ctx, metricsURL.FindString(string(log)))
