@@ -199,9 +199,9 @@ func (n *Node) Pin(in *core.Inode, off, length int64) (unpin func()) {
 	return func() { n.ev.lru.unpin(ks) }
 }
 
-// stored records a chunk just made present in f (f.mu held): the most
-// recently read.
-func (n *Node) stored(f *file, i namespace.ChunkIdx) { n.ev.lru.touch(chunkKey{f, i}) }
+// used records that chunk i of f was just stored, or served to a peer (f.mu
+// held): the most recently used (local reads touch it through Pin).
+func (n *Node) used(f *file, i namespace.ChunkIdx) { n.ev.lru.touch(chunkKey{f, i}) }
 
 // avail is the pool's space a write may take, in bytes.
 func (n *Node) avail() int64 {

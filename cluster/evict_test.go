@@ -179,10 +179,10 @@ func TestEvictOrderPinsAndState(t *testing.T) {
 	n := evictNode(t)
 	f, data := evictFile(t, n, "f", 6)
 	for i := 0; i < 6; i++ {
-		n.stored(f, namespace.ChunkIdx(i))
+		n.used(f, namespace.ChunkIdx(i))
 	}
 	unpin := n.Pin(f.in, 100, 10) // chunk 0: in use by a read, and read last
-	n.stored(f, 4)                // read after: newer than 0 and 5
+	n.used(f, 4)                // read after: newer than 0 and 5
 
 	// Room for two chunks more than there is: chunks 1 and 2 go (0 is
 	// pinned, 3 the next oldest stays).

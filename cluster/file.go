@@ -746,7 +746,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return err
 	}
 	f.present.Add(i)
-	n.stored(f, i)
+	n.used(f, i)
 	f.crc[i] = crc
 	n.cache.drop(ref)
 	if err := n.saveLocked(f); err != nil {
@@ -822,6 +822,7 @@ func (n *Node) readFileChunk(f *file, ref objstore.ChunkRef, off, length int64) 
 	if k, err := n.p.ReadAt(f.in, b, start+off); err != nil || k != len(b) {
 		return nil, 0, 0, false
 	}
+	n.used(f, i) // served: as recently used as a local read (evict.go)
 	return b, size, crc, true
 }
 
