@@ -383,3 +383,20 @@ func (n *Node) writeChunkLocked(f *file, off int64, data []byte) (int, error) {
 	}
 	return k, err
 }
+
+// AllData reports that in is a committed cluster file, whose chunks not in
+// the pool (never filled, or evicted) are holes of the pool file but data
+// of the file: fs answers SEEK_DATA and SEEK_HOLE as for a file without
+// holes, so that a copy that skips holes (cp) reads them through Fill.
+func (n *Node) AllData(in *core.Inode) bool {
+	if n == nil || in.IsDir() {
+		return false
+	}
+	f := n.fileOf(in)
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ver > 0
+}

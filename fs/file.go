@@ -154,6 +154,15 @@ func (n *fileNode) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, wh
 	default:
 		return 0, syscall.EINVAL
 	}
+	if n.opts.Cluster.AllData(n.in) { // chunks not in the pool are data (DESIGN.md §Cluster)
+		switch size := n.in.Attr().Size; {
+		case off >= size:
+			return 0, n.fail("lseek", core.ErrNoSuchOffset)
+		case whence == unix.SEEK_HOLE:
+			return size, 0
+		}
+		return off, 0
+	}
 	o, err := n.p.SeekData(n.in, off, whence == unix.SEEK_HOLE)
 	if err != nil {
 		return 0, n.fail("lseek", err)
