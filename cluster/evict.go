@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/cluster/namespace"
+	"github.com/dnnfs/dnnfs/cluster/objstore"
 	"github.com/dnnfs/dnnfs/core"
 )
 
@@ -202,6 +203,20 @@ func (n *Node) Pin(in *core.Inode, off, length int64) (unpin func()) {
 // used records that chunk i of f was just stored, or served to a peer (f.mu
 // held): the most recently used (local reads touch it through Pin).
 func (n *Node) used(f *file, i namespace.ChunkIdx) { n.ev.lru.touch(chunkKey{f, i}) }
+
+// roomFor keeps the low watermark before storeInFile stores chunk ref of
+// f, unless it will not store it (present already: a fetch stores through
+// StoreChunk and then once more; another version). The caller holds the
+// pool, not f.mu.
+func (n *Node) roomFor(f *file, ref objstore.ChunkRef, size int64) {
+	i := namespace.ChunkIdx(ref.Idx)
+	f.mu.Lock()
+	skip := objstore.Version(f.ver) != ref.Ver || f.removed || f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i)
+	f.mu.Unlock()
+	if !skip {
+		n.makeRoom(size, nil)
+	}
+}
 
 // avail is the pool's space a write may take, in bytes.
 func (n *Node) avail() int64 {

@@ -722,7 +722,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc objs
 		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
 	}
 	defer release()
-	n.makeRoom(int64(len(data)), nil) // the low watermark (evict.go)
+	n.roomFor(f, ref, int64(len(data))) // the low watermark (evict.go)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := namespace.ChunkIdx(ref.Idx)
