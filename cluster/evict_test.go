@@ -182,7 +182,7 @@ func TestEvictOrderPinsAndState(t *testing.T) {
 		n.used(f, namespace.ChunkIdx(i))
 	}
 	unpin := n.Pin(f.in, 100, 10) // chunk 0: in use by a read, and read last
-	n.used(f, 4)                // read after: newer than 0 and 5
+	n.used(f, 4)                  // read after: newer than 0 and 5
 
 	// Room for two chunks more than there is: chunks 1 and 2 go (0 is
 	// pinned, 3 the next oldest stays).
