@@ -28,6 +28,10 @@
 //     transaction; a failure is ErrCluster, EIO, and nothing new is
 //     visible);
 //   - unlink and rename go through the namespace transaction first;
+//   - eviction (evict.go): below the pool's low watermark, or on ENOSPC
+//     when a fill stores a chunk, the least recently read clean chunks of
+//     committed versions leave the pool (state first, then the punch);
+//     reads pin their chunks (Pin) so none goes under a read;
 //   - peer.Local (chunks of the pool, served only when the local file
 //     holds exactly that version's chunk; chunks of files this node has no
 //     name for, filled for others as their home node, in a bounded memory

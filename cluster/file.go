@@ -971,6 +971,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc func
 		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
 	}
 	defer release()
+	n.roomFor(f, ref, int64(len(data))) // the low watermark (evict.go)
 	i := namespace.ChunkIdx(ref.Idx)
 	f.mu.Lock()
 	for {
@@ -998,7 +999,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc func
 	off := int64(ref.Idx) * f.cs
 	f.mu.Unlock()
 	sum := crc()
-	_, err := n.p.Write(f.in, off, data, false)
+	_, err := n.writeChunk(f, off, data) // evicts and retries on ENOSPC (evict.go)
 	if err == nil {
 		// The bytes are durable before the state says they are present.
 		err = n.p.Fsync(f.in)
@@ -1022,6 +1023,7 @@ func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc func
 	}
 	f.present.Add(i)
 	f.crc[i] = sum
+	n.used(f, i)
 	n.cache.drop(ref)
 	if err := n.saveLocked(f); err != nil {
 		return err
@@ -1105,6 +1107,7 @@ func (n *Node) readFileChunk(f *file, ref objstore.ChunkRef, off, length int64) 
 	if !haveCRC {
 		f.crc[i] = crc
 	}
+	n.used(f, i) // served: as recently used as a local read (evict.go)
 	return b, size, crc, true
 }
 

@@ -53,6 +53,11 @@ type Config struct {
 	ClientTLS  *tls.Config // to reach peers; nil: plain HTTP
 	ChunkSize  int64       // --chunk-size
 	CacheBytes int64       // DefaultCacheBytes when 0
+	// CacheMinFree is --cluster-cache-min-free in bytes: the pool's low
+	// watermark, below which chunks are evicted; when 0, CacheMinFreePct
+	// of the pool (DefaultCacheMinFreePct when 0).
+	CacheMinFree    int64
+	CacheMinFreePct float64
 	// LeaseTTL of the node lease; namespace's default when 0.
 	LeaseTTL time.Duration
 	Log      *zap.Logger
@@ -103,6 +108,7 @@ type Node struct {
 	// aheadSlots bounds the node's read-ahead fetches in flight
 	// (maxReadAheadFetches), each a chunk in memory until stored.
 	aheadSlots chan struct{}
+	ev         *evictor // the pool as a cache of chunks (evict.go)
 }
 
 // Read-ahead (DESIGN.md §Cluster, "Reads"): a read starts fetching the
@@ -148,7 +154,7 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{cfg: cfg, log: cfg.Log, files: map[core.Ino]*file{}, byID: map[namespace.FileID]*file{},
-		cache: newMemCache(cfg.CacheBytes), aheadSlots: make(chan struct{}, maxReadAheadFetches)}
+		cache: newMemCache(cfg.CacheBytes), aheadSlots: make(chan struct{}, maxReadAheadFetches), ev: newEvictor()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
@@ -250,6 +256,8 @@ func (n *Node) Start(p *core.FS) error {
 	n.poolMu.Lock()
 	n.p = p
 	n.poolMu.Unlock()
+	st := p.Statfs()
+	n.setMinFree(int64(st.Blocks) * int64(st.BlockSize))
 	var known []*file
 	for _, in := range p.Inodes() {
 		if f := n.load(in); f != nil {
@@ -329,6 +337,9 @@ type Status struct {
 	// their home but has no name for their file).
 	CachedChunks int   `json:"cached_chunks"`
 	CachedBytes  int64 `json:"cached_bytes"`
+	// Evicted counts the chunks evicted from the pool to keep its low
+	// watermark free (DESIGN.md §Cluster).
+	Evicted EvictStats `json:"evicted"`
 }
 
 // HeldJSON is one file version's chunks held by this node.
@@ -371,6 +382,7 @@ func (n *Node) Status() *Status {
 		return s.Held[i].Version < s.Held[j].Version
 	})
 	s.CachedChunks, s.CachedBytes = n.cache.stats()
+	s.Evicted = n.ev.stats()
 	return s
 }
 

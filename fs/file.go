@@ -88,6 +88,7 @@ func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if h, ok := fh.(*handle); ok {
 		c.NoAtime = h.noAtime
 	}
+	defer n.opts.Cluster.Pin(n.in, off, int64(len(dest)))() // not evicted before ReadAs holds its range
 	if err := n.opts.Cluster.Fill(ctx, n.in, off, int64(len(dest))); err != nil {
 		return nil, n.fail("read", err) // chunks not in the pool yet come first
 	}
@@ -152,6 +153,15 @@ func (n *fileNode) Lseek(ctx context.Context, fh gofs.FileHandle, off uint64, wh
 	case unix.SEEK_DATA, unix.SEEK_HOLE:
 	default:
 		return 0, syscall.EINVAL
+	}
+	if n.opts.Cluster.AllData(n.in) { // chunks not in the pool are data (DESIGN.md §Cluster)
+		switch size := n.in.Attr().Size; {
+		case off >= size:
+			return 0, n.fail("lseek", core.ErrNoSuchOffset)
+		case whence == unix.SEEK_HOLE:
+			return size, 0
+		}
+		return off, 0
 	}
 	o, err := n.p.SeekData(n.in, off, whence == unix.SEEK_HOLE)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -24,6 +25,7 @@ type clusterFlagSet struct {
 	peerCert, peerKey, peerCA    *string
 	insecure                     *bool
 	chunkSize                    *string
+	minFree                      *string
 }
 
 func clusterFlags(fl *pflag.FlagSet) *clusterFlagSet {
@@ -45,6 +47,7 @@ func clusterFlags(fl *pflag.FlagSet) *clusterFlagSet {
 		peerCA:     fl.String("peer-cacert", "", "CA certificate that signed the peers' certificates (verifies servers and requires client certificates)"),
 		insecure:   fl.Bool("peer-insecure", false, "serve and fetch chunks over plain HTTP (without --peer-cert)"),
 		chunkSize:  fl.String("chunk-size", "32MiB", "chunk size of a cluster this node creates (an existing cluster keeps its own)"),
+		minFree:    fl.String("cluster-cache-min-free", fmt.Sprintf("%d%%", cluster.DefaultCacheMinFreePct), "free space kept in the pool: below it, the least recently read chunks of other nodes' committed files are evicted (SIZE, or a percentage of the pool: 10%)"),
 	}
 }
 
@@ -65,7 +68,27 @@ func (c *clusterFlagSet) check(readOnly bool) error {
 	if n, err := parseSize(*c.chunkSize); err != nil || n < 1<<20 || n > 1<<30 {
 		return usageError{fmt.Sprintf("--chunk-size %q: want a size from 1MiB to 1GiB", *c.chunkSize)}
 	}
+	if _, _, err := parseMinFree(*c.minFree); err != nil {
+		return err
+	}
 	return nil
+}
+
+// parseMinFree reads --cluster-cache-min-free: a size, or a percentage of
+// the pool below 100.
+func parseMinFree(s string) (bytes int64, pct float64, err error) {
+	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 || v >= 100 {
+			return 0, 0, usageError{fmt.Sprintf("--cluster-cache-min-free %q: want a size or a percentage above 0%% and below 100%%", s)}
+		}
+		return 0, v, nil
+	}
+	v, err := parseSize(s)
+	if err != nil || v <= 0 {
+		return 0, 0, usageError{fmt.Sprintf("--cluster-cache-min-free %q: want a size or a percentage above 0%% and below 100%%", s)}
+	}
+	return v, 0, nil
 }
 
 // dial joins the cluster; nil without --etcd.
@@ -76,6 +99,7 @@ func (c *clusterFlagSet) dial(log *zap.Logger) (*cluster.Node, error) {
 	cs, _ := parseSize(*c.chunkSize)
 	cfg := cluster.Config{Etcd: *c.etcd, EtcdPrefix: *c.prefix, S3Endpoint: *c.s3Endpoint, S3Bucket: *c.s3Bucket,
 		S3Region: *c.region, Node: *c.node, PeerListen: *c.listen, PeerURL: *c.url, ChunkSize: cs, Log: log}
+	cfg.CacheMinFree, cfg.CacheMinFreePct, _ = parseMinFree(*c.minFree) // checked by check
 	if *c.token == "" {
 		return nil, usageError{"--etcd: --cluster-token-file is required"}
 	}

@@ -97,6 +97,8 @@ func printCluster(c *cluster.Status) {
 	w.Flush()
 	fmt.Printf("served %d chunks (%.1f MiB) to peers; S3: %d chunk GETs, %d PUTs, %d requests\n",
 		c.Fetch.Served, float64(c.Fetch.ServedBytes)/(1<<20), c.S3.ChunkGets, c.S3.Puts, c.S3.Requests)
+	fmt.Printf("evicted %d chunks (%.1f MiB) in %d passes to keep %.1f MiB free\n",
+		c.Evicted.Chunks, float64(c.Evicted.Bytes)/(1<<20), c.Evicted.Passes, float64(c.Evicted.MinFree)/(1<<20))
 }
 
 // printEmbedding prints the SSD tier: size classes, devices, moves.

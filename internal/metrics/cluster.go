@@ -37,6 +37,10 @@ var (
 		"Chunks this node holds in its pool (of the versions it is a holder of).")
 	cachedBytes = desc("dnnfs_cluster_cached_bytes",
 		"Bytes of chunks kept in memory for others (this node is their home and has no name for their file).")
+	evictedChunks = desc("dnnfs_cluster_evicted_chunks_total",
+		"Chunks evicted from the pool to keep --cluster-cache-min-free free (least recently read first).")
+	evictedBytes = desc("dnnfs_cluster_evicted_bytes_total",
+		"Bytes of the chunks evicted from the pool.")
 )
 
 // clusterCollector reads the cluster node at scrape time.
@@ -44,7 +48,8 @@ type clusterCollector struct{ n *cluster.Node }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fetchRequests, fetchChunks, fetchBytes, fetchBadCRC, servedChunks,
-		servedBytes, servedRefused, homeFills, s3Requests, s3Bytes, liveNodes, heldChunks, cachedBytes} {
+		servedBytes, servedRefused, homeFills, s3Requests, s3Bytes, liveNodes, heldChunks, cachedBytes,
+		evictedChunks, evictedBytes} {
 		ch <- d
 	}
 }
@@ -85,4 +90,6 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(heldChunks, float64(held))
 	gauge(cachedBytes, float64(s.CachedBytes))
+	counter(evictedChunks, float64(s.Evicted.Chunks))
+	counter(evictedBytes, float64(s.Evicted.Bytes))
 }

@@ -30,9 +30,11 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/cluster"
+	"github.com/dnnfs/dnnfs/cluster/namespace"
 	dfs "github.com/dnnfs/dnnfs/fs"
 	"github.com/dnnfs/dnnfs/internal/metrics"
 	"github.com/dnnfs/dnnfs/tests/clusterenv"
@@ -205,6 +207,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Symlinks", func(t *testing.T) { testSymlinks(t, a, b, c) })
 	t.Run("SetattrTravels", func(t *testing.T) { testSetattr(t, a, b, c) })
 	t.Run("KillHolderDuringRead", func(t *testing.T) { testKillHolder(t, e, a, b, c) })
+	t.Run("Evict", func(t *testing.T) { testEvict(t, e) })
 	t.Run("RejoinDropsSuperseded", func(t *testing.T) { testRejoin(t, e) })
 	t.Run("EtcdMemberLoss", func(t *testing.T) { testEtcdMemberLoss(t, e) })
 	t.Run("S3Stopped", func(t *testing.T) { testS3Stopped(t, e) })
@@ -244,6 +247,7 @@ func testBadConfig(t *testing.T, e *env) {
 		{"duplicate node id", good("a"), nil, "already registered"},
 		{"missing token file", set(good("x4"), "--cluster-token-file", filepath.Join(mnt, "none")), nil, "token"},
 		{"S3 unreachable", set(good("x5"), "--s3-endpoint", "http://"+dead), nil, "unreachable"},
+		{"bad cache watermark", set(good("x6"), "--cluster-cache-min-free", "100%"), nil, "--cluster-cache-min-free"},
 	}
 	// The cases wait for timeouts (an unreachable endpoint): at once.
 	var wg sync.WaitGroup
@@ -627,6 +631,152 @@ func testKillHolder(t *testing.T, e *env, a, b, c *harness.FS) {
 	checkFile(t, e.nodes["a"].Path("after-remount.bin"), after)
 }
 
+// testEvict: a node whose pool is smaller than the file it reads evicts
+// the least recently read chunks (state, holder record, bytes) and reads
+// it whole and byte-exact, with two readers at once; an evicted chunk is
+// read again from the cluster, and other nodes still read everything.
+func testEvict(t *testing.T, e *env) {
+	a, b := e.nodes["a"], e.nodes["b"]
+	const nch = 10
+	data := randomBytes(nch*chunk-4321, 17) // 160 MiB less a bit: the last chunk is short
+	writeFile(t, a.Path("evict.bin"), data)
+	// d's pool (96 MiB, 9 MiB of it kept free, given as mount(8) would)
+	// holds about five 16 MiB chunks.
+	pool := harness.Mkfs(t, "96MiB")
+	d := harness.Mount(t, pool, append(e.clusterArgs(t, "d", "127.0.0.4"), "--metrics-listen", "127.0.0.1:0",
+		"-o", "cluster-cache-min-free=9MiB")...)
+	path := d.Path("evict.bin")
+
+	// Two readers at once, each of the whole file, one from the start and
+	// one from the middle: chunks are evicted under them, never while one
+	// reads them.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, from := range []int{0, len(data) / 2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(path)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			for k := 0; k < len(data); k += len(buf) {
+				off := (from + k) % len(data)
+				n, err := f.ReadAt(buf[:min(len(buf), len(data)-off)], int64(off))
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs[r] = fmt.Errorf("reader %d at %d: %w", r, off, err)
+					return
+				}
+				if !bytes.Equal(buf[:n], data[off:off+n]) {
+					errs[r] = fmt.Errorf("reader %d: bytes [%d, %d) differ", r, off, off+n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	st := status(t, d)
+	if st.Evicted.Chunks == 0 || st.Evicted.Bytes < st.Evicted.Chunks*(chunk-4321) || st.Evicted.MinFree != 9<<20 {
+		t.Fatalf("d evicted %+v after reading a %d MiB file into a 96 MiB pool: want chunks evicted", st.Evicted, len(data)>>20)
+	}
+	t.Logf("d: evicted %+v; fetched peer %+v home %+v s3 %+v", st.Evicted, st.Fetch.Peer, st.Fetch.Home, st.Fetch.S3)
+	// etcd's holder record of d is what d's pool holds: the evicted
+	// chunks are not announced (the record is written shortly after a
+	// change, and a read-ahead may still be storing one).
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var fs struct {
+		ID     string `json:"id"`
+		Ver    uint64 `json:"ver"`
+		Chunks string `json:"chunks"`
+	}
+	var key, rec string
+	waitFor(t, "d's holder record to match its pool", func() bool {
+		fs = fileState(t, path)
+		key = fmt.Sprintf("%s/holders/%s/%d/d", e.prefix, fs.ID, fs.Ver)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, key)
+		if err != nil || len(resp.Kvs) != 1 {
+			rec = fmt.Sprintf("%v (%v)", resp, err)
+			return false
+		}
+		var h struct {
+			Chunks string `json:"chunks"`
+		}
+		rec = string(resp.Kvs[0].Value)
+		return json.Unmarshal(resp.Kvs[0].Value, &h) == nil && h.Chunks == fs.Chunks
+	})
+	t.Logf("d holds %q; etcd %s = %s", fs.Chunks, key, rec)
+	present, err := namespace.ParseChunks(fs.Chunks)
+	if err != nil || present.Len() == 0 || present.Len() >= nch {
+		t.Fatalf("d holds chunks %q of evict.bin (%v): want some, not all %d", fs.Chunks, err, nch)
+	}
+
+	// An evicted chunk read again comes back from the cluster.
+	gone := -1
+	for i := 0; i < nch && gone < 0; i++ {
+		if !present.Has(namespace.ChunkIdx(i)) {
+			gone = i
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, chunk)
+	n, err := f.ReadAt(got, int64(gone*chunk))
+	f.Close()
+	if end := min((gone+1)*chunk, len(data)); (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(got[:n], data[gone*chunk:end]) {
+		t.Fatalf("re-reading evicted chunk %d on d: %d bytes, %v, or they differ", gone, n, err)
+	}
+	if again, err := namespace.ParseChunks(fileState(t, path).Chunks); err != nil || !again.Has(namespace.ChunkIdx(gone)) {
+		t.Errorf("chunk %d is not in d's pool after it was read again: %v %v", gone, again, err)
+	}
+	// cp, which skips what SEEK_DATA calls holes in a file with few
+	// blocks, copies the evicted chunks too.
+	dst := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", path, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	checkFile(t, dst, data)
+	// Another node reads everything still.
+	checkFile(t, b.Path("evict.bin"), data)
+
+	// The metric counts them too (scraped after the status: at least as many).
+	log, err := os.ReadFile(d.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "evicted cluster chunks from the pool") {
+		t.Errorf("no eviction pass in d's log")
+	}
+	if out, stderr, code := harness.Run(t, "status", d.Mnt); code != 0 || !regexp.MustCompile(`evicted [1-9][0-9]* chunks`).MatchString(out) {
+		t.Errorf("dnnfs status: exit %d, no evicted chunks counted\n%s%s", code, out, stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fam, err := metrics.Scrape(ctx, metricsURL.FindString(string(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := fam.Value("dnnfs_cluster_evicted_chunks_total"); !ok || int64(v) < st.Evicted.Chunks {
+		t.Errorf("dnnfs_cluster_evicted_chunks_total = %v (%v), status said %d before", v, ok, st.Evicted.Chunks)
+	}
+}
+
 // fileState reads a file's cluster state (the trusted xattr, root only).
 func fileState(t *testing.T, path string) (st struct {
 	ID     string `json:"id"`
@@ -904,6 +1054,8 @@ func checkClusterMetrics(t *testing.T, f *harness.FS) {
 		{"dnnfs_cluster_s3_bytes_total", []string{"direction", "get"}, st.S3.ChunkGetBytes},
 		{"dnnfs_cluster_live_nodes", nil, int64(len(st.Nodes))},
 		{"dnnfs_cluster_held_chunks", nil, int64(held)},
+		{"dnnfs_cluster_evicted_chunks_total", nil, st.Evicted.Chunks},
+		{"dnnfs_cluster_evicted_bytes_total", nil, st.Evicted.Bytes},
 	}
 	moved := int64(0)
 	for _, w := range want {
