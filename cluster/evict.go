@@ -218,6 +218,21 @@ func (n *Node) roomFor(f *file, ref objstore.ChunkRef, size int64) {
 	}
 }
 
+// reclaim is the pool's core.Reclaimer: a write (or create, or setxattr)
+// that found the pool full gets a chunk's worth of room above the low
+// watermark from the cache, if anything may go. Without it a node whose
+// pool is full of cached chunks could write only min_free before ENOSPC.
+func (n *Node) reclaim() bool {
+	release, ok := n.usePool()
+	if !ok {
+		return false
+	}
+	defer release()
+	before := n.avail()
+	n.makeRoom(n.ns.ChunkSize(), nil)
+	return n.avail() > before
+}
+
 // avail is the pool's space a write may take, in bytes.
 func (n *Node) avail() int64 {
 	st := n.p.Statfs()

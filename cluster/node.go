@@ -256,6 +256,7 @@ func (n *Node) Start(p *core.FS) error {
 	n.poolMu.Lock()
 	n.p = p
 	n.poolMu.Unlock()
+	p.SetReclaimer(n.reclaim)
 	st := p.Statfs()
 	n.setMinFree(int64(st.Blocks) * int64(st.BlockSize))
 	var known []*file
@@ -308,6 +309,9 @@ func (n *Node) Close() error {
 		// Requests still being served and background work finish with
 		// the pool before it closes.
 		n.poolMu.Lock()
+		if n.p != nil {
+			n.p.SetReclaimer(nil)
+		}
 		n.p = nil
 		n.poolMu.Unlock()
 	})

@@ -6,6 +6,21 @@ import (
 	"time"
 )
 
+// A Reclaimer gives pool space back on demand when an allocation fails:
+// the cluster's cache of chunks that S3 also has (DESIGN.md §Cluster, the
+// pool as a cache). It returns whether it freed anything. It runs with no
+// lock of the failed operation held and may take inode locks itself.
+type Reclaimer func() bool
+
+// SetReclaimer installs r (nil: none) for RetryNoSpace.
+func (fs *FS) SetReclaimer(r Reclaimer) {
+	if r == nil {
+		fs.reclaimer.Store(nil)
+		return
+	}
+	fs.reclaimer.Store(&r)
+}
+
 // The kernel sends FORGET for an unlinked file after unlink(2) has
 // returned, and the inode's space comes back only then (KernelForget). A
 // job that deletes an old checkpoint and at once writes a new one into a
@@ -47,8 +62,8 @@ const (
 )
 
 // RetryNoSpace runs op and, while it fails with ErrNoSpace and unlinked
-// inodes are waiting to be freed, waits for one to be freed and runs it
-// again. op must have changed nothing when it fails with ErrNoSpace.
+// inodes are waiting to be freed (or the Reclaimer frees space), waits for
+// one to be freed and runs it again. op must have changed nothing when it fails with ErrNoSpace.
 func (fs *FS) RetryNoSpace(op func() error) error {
 	for i := 0; ; i++ {
 		wake := fs.freed.wait()
@@ -60,6 +75,9 @@ func (fs *FS) RetryNoSpace(op func() error) error {
 		case <-wake: // an inode was freed since op started: try again now
 			continue
 		default:
+		}
+		if r := fs.reclaimer.Load(); r != nil && (*r)() {
+			continue // cached data made room
 		}
 		if !fs.hasOrphans() {
 			return err

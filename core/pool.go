@@ -87,6 +87,7 @@ type FS struct {
 	commitDone     chan struct{}
 
 	freed   broadcaster  // signalled after each inode is freed (see RetryNoSpace)
+	reclaimer atomic.Pointer[Reclaimer] // SetReclaimer; nil: none
 	freeing atomic.Int32 // freeInode calls in progress (see WaitForgets)
 	closed  atomic.Bool
 	stamped bool // marked mounted (Stamp); Close marks clean only then

@@ -775,6 +775,22 @@ func testEvict(t *testing.T, e *env) {
 	if v, ok := fam.Value("dnnfs_cluster_evicted_chunks_total"); !ok || int64(v) < st.Evicted.Chunks {
 		t.Errorf("dnnfs_cluster_evicted_chunks_total = %v (%v), status said %d before", v, ok, st.Evicted.Chunks)
 	}
+
+	// A write into a pool full of cached chunks makes room from them (a
+	// write never waits for the watermark: ENOSPC is what reclaims): a
+	// new 48 MiB file on d, more than its free space, is written whole.
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(d.Mnt, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(sfs.Bavail) * sfs.Bsize
+	big := randomBytes(48<<20, 41)
+	if int64(len(big)) <= free {
+		t.Fatalf("d has %d bytes free: the write would not need the cache's room", free)
+	}
+	writeFile(t, d.Path("local-after-cache.bin"), big)
+	checkFile(t, d.Path("local-after-cache.bin"), big)
+	checkFile(t, b.Path("local-after-cache.bin"), big)
 }
 
 // fileState reads a file's cluster state (the trusted xattr, root only).
