@@ -86,11 +86,11 @@ type FS struct {
 	commitStop     chan struct{}
 	commitDone     chan struct{}
 
-	freed   broadcaster  // signalled after each inode is freed (see RetryNoSpace)
+	freed     broadcaster               // signalled after each inode is freed (see RetryNoSpace)
 	reclaimer atomic.Pointer[Reclaimer] // SetReclaimer; nil: none
-	freeing atomic.Int32 // freeInode calls in progress (see WaitForgets)
-	closed  atomic.Bool
-	stamped bool // marked mounted (Stamp); Close marks clean only then
+	freeing   atomic.Int32              // freeInode calls in progress (see WaitForgets)
+	closed    atomic.Bool
+	stamped   bool // marked mounted (Stamp); Close marks clean only then
 	// Counters for status.
 	stats Stats
 	// retired: lock counters of freed inodes (under imu; see LockTotals).
