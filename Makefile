@@ -168,8 +168,9 @@ test: deps vet build unit fuzz
 # configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
 # behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp);
 # CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
-# when they fit in memory); CLUSTER_S3_MIBPS=N: the cluster reaches S3
-# through a proxy pacing all replies to N MiB/s (a remote store).
+# when they fit in memory); CLUSTER_S3_MIBPS=N: the cluster phase's first
+# run also reads S3 through a proxy pacing all replies to N MiB/s, a remote
+# store (default 200; 0: S3 only at memory speed on this machine).
 bench: cluster-engines
 	$(GO) build -o bin/bench ./tests/bench
 	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" CLUSTER_S3_MIBPS="$(CLUSTER_S3_MIBPS)" ./bin/bench

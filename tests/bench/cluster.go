@@ -127,6 +127,7 @@ type clusterEnv struct {
 	procs   []*clusterProc
 	proxy   *http.Server // the pacing proxy in front of S3, or nil
 	pxAddr  string
+	paced   bool // the rounds now read S3 through the proxy
 }
 
 type clusterProc struct {
@@ -260,7 +261,7 @@ func (e *clusterEnv) client() (*minio.Client, error) {
 // s3URL is the S3 endpoint the nodes and rclone use: the server, or the
 // pacing proxy in front of it.
 func (e *clusterEnv) s3URL() string {
-	if e.proxy != nil {
+	if e.paced && e.proxy != nil {
 		return "http://" + e.pxAddr
 	}
 	return "http://" + e.s3Addr
@@ -514,6 +515,7 @@ func (b *Bench) runCluster(ctx context.Context, run int) error {
 			b.logf("cluster: S3 through a proxy pacing its replies to %g MiB/s in all", b.o.clusterS3MiBps)
 		}
 		b.cluster = &clusterResults{Layout: b.clusterLayout(e, size)}
+		b.cluster.Layout.S3LimitMiBps = 0 // section 5 reads S3 directly; 5b through the proxy
 	}
 	e, lay := b.cenv, &b.cluster.Layout
 	if err := os.MkdirAll(lay.PoolDir, 0o755); err != nil {
@@ -560,6 +562,34 @@ func (b *Bench) runCluster(ctx context.Context, run int) error {
 	lay.WriteMiBps = append(lay.WriteMiBps, float64(size)/float64(MiB)/wsec)
 	b.logf("  cluster: wrote %s on w and closed it (committed) at %.0f MiB/s; the writer left; objects %s/", sizeName(size), float64(size)/float64(MiB)/wsec, ref)
 
+	if err := b.clusterRounds(ctx, run, name, ref, buf); err != nil {
+		return err
+	}
+	// Once, in the first run: the same rounds on the same checkpoint with
+	// S3 behind the pacing proxy (section 5b), a store across a network.
+	if run == 0 && e.proxy != nil {
+		b.logf("cluster: the same rounds with S3 paced to %g MiB/s in all", b.o.clusterS3MiBps)
+		direct := b.cluster
+		if b.clusterPaced == nil {
+			b.clusterPaced = &clusterResults{Layout: direct.Layout}
+			b.clusterPaced.Layout.Nodes = map[string]string{}
+			b.clusterPaced.Layout.S3LimitMiBps = b.o.clusterS3MiBps
+		}
+		b.cluster, e.paced = b.clusterPaced, true
+		err := b.clusterRounds(ctx, run, name, ref, buf)
+		b.cluster, e.paced = direct, false
+		if err != nil {
+			return err
+		}
+	}
+	// The next run writes its own file; this one's objects stay on the
+	// disk until the engines stop.
+	return ctx.Err()
+}
+
+// clusterRounds reads the checkpoint with 1, 2 and 4 readers at once, 4
+// staggered, and 1 to 4 S3-only readers, into b.cluster.
+func (b *Bench) clusterRounds(ctx context.Context, run int, name, ref string, buf []byte) error {
 	for _, n := range clusterReaderCounts {
 		b.clusterRound(ctx, run, "together", n, name, buf)
 		if ctx.Err() != nil {
@@ -573,8 +603,6 @@ func (b *Bench) runCluster(ctx context.Context, run int) error {
 		}
 		b.s3OnlyRound(ctx, run, n, ref)
 	}
-	// The next run writes its own file; this one's objects stay on the
-	// disk until the engines stop.
 	return ctx.Err()
 }
 

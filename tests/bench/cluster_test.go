@@ -83,7 +83,7 @@ func TestClusterReport(t *testing.T) {
 	// An errored round counts in no median.
 	res.Rounds = append(res.Rounds, clusterRound{Run: 2, Variant: "together", Readers: 1, Err: "mount failed"})
 	b := &Bench{cluster: res}
-	goals := b.clusterGoals()
+	goals := b.clusterGoals(b.cluster)
 	if len(goals) != 5 {
 		t.Fatalf("%d goal rows, want 5 (speed-up, S3 bytes of 4 rounds): %+v", len(goals), goals)
 	}
@@ -102,7 +102,7 @@ func TestClusterReport(t *testing.T) {
 		}
 	}
 	var w strings.Builder
-	b.clusterSection(&w)
+	b.clusterSection(&w, b.cluster, "## 5. Cluster: loading a checkpoint written on another node")
 	md := w.String()
 	for _, want := range []string{
 		"## 5. Cluster: loading a checkpoint written on another node",

@@ -138,8 +138,7 @@ func (res *clusterResults) s3Share(row clusterRow) *Ratio {
 
 // clusterGoals are issue #17's goals: the readers after the first at ≥ 2×
 // the S3-only rate, and S3 bytes ≈ 1× the file in all (at most 1.1×).
-func (b *Bench) clusterGoals() []goalRow {
-	res := b.cluster
+func (b *Bench) clusterGoals(res *clusterResults) []goalRow {
 	if res == nil {
 		return nil
 	}
@@ -179,16 +178,16 @@ func ratioText(r *Ratio, format string) string {
 	return s
 }
 
-// clusterSection writes section 5: the layout, the table, the sources.
-func (b *Bench) clusterSection(w *strings.Builder) {
-	res := b.cluster
+// clusterSection writes section 5 (or, for the paced rounds, 5b) under
+// heading: the layout, the table, the sources.
+func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading string) {
 	if res == nil {
 		return
 	}
 	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	lay := res.Layout
 	file := sizeName(lay.FileBytes)
-	pr("## 5. Cluster: loading a checkpoint written on another node\n\n")
+	pr("%s\n\n", heading)
 	pr("Issue #17: a %s checkpoint written on one node, loaded by 1, 2 and 4 others, against plain reads of the same S3 objects with a maintained client (rclone). Goal: the second and later readers at ≥ 2× the S3-only rate, and S3 bytes ≈ 1× the file size in all, not 1× per reader (section 4's goal table).\n\n", file)
 	pr("**Layout, all on this machine.** One etcd member (%s, %s) and one versitygw S3 server (%s, posix backend, its data directory `%s` on the disk), started by the driver and stopped by the pids it started. ",
 		lay.Etcd, lay.EtcdVersion, lay.S3Version, lay.S3Dir)
@@ -200,7 +199,7 @@ func (b *Bench) clusterSection(w *strings.Builder) {
 	pr("The writer's pool is in /dev/shm; the reader pools (%s each) are %s (%s; `-cluster-pools` / `CLUSTER_POOLS=shm|disk|auto` chooses). ", sizeName(poolSize(lay.FileBytes)), where, lay.MemNote)
 	pr("The machine has %d GiB of RAM and %d CPUs for all of it: etcd, the S3 server, up to 4 daemons, their readers and rclone.\n\n", b.machine.MemGiB, b.machine.CPUs)
 	if lay.S3LimitMiBps > 0 {
-		pr("**S3 paced to %g MiB/s.** The nodes and rclone reach S3 through a reverse proxy in the driver (`-cluster-s3-mibps %g`, `CLUSTER_S3_MIBPS`) that paces the bodies of all its replies together to %g MiB/s: a store across a network link the nodes share, instead of a server at memory speed on this machine; requests and uploads pass unpaced. Without it (the default) S3 is read directly.\n\n", lay.S3LimitMiBps, lay.S3LimitMiBps, lay.S3LimitMiBps)
+		pr("**S3 paced to %g MiB/s.** The nodes and rclone reach S3 through a reverse proxy in the driver (`-cluster-s3-mibps %g`, `CLUSTER_S3_MIBPS`) that paces the bodies of all its replies together to %g MiB/s: a store across a network link the nodes share, instead of a server at memory speed on this machine; requests and uploads pass unpaced. These rounds ran once, in the first run, on the same checkpoint as the rounds of section 5, with fresh reader pools; everything else is as there.\n\n", lay.S3LimitMiBps, lay.S3LimitMiBps, lay.S3LimitMiBps)
 	}
 	pr("**Method.** The writer writes the file in 1 MiB writes and closes it: the close commits it (its chunks and manifest to S3, then one etcd transaction); then the writer unmounts and its pool is removed, as after an earlier job, so no reader finds the chunks in a peer's pool at first: every byte comes from S3 once, through the chunks' home nodes (rendezvous hashing over the live readers, one S3 GET per chunk for concurrent askers), then peer to peer. ")
 	pr("Every round makes fresh reader pools (mkfs, mount, read, unmount, remove), so nothing is cached from an earlier round. **At once**: all readers start together. **Staggered**: reader 1 reads the file alone (the 3 others mounted and idle, serving as home nodes), then readers 2–4 start together. Each reader is a fio process on its node's mount: the whole file in 1 MiB reads (`--rw=read --bs=1M --ioengine=psync`); MiB/s is fio's. ")

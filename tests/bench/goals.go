@@ -265,7 +265,7 @@ func (st *stats) goals(diskFS string) []goalRow {
 func (b *Bench) goalsSection(w *strings.Builder, st *stats, present []string) {
 	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	gs := st.goals(b.machine.DiskFS)
-	cg := b.clusterGoals()
+	cg := append(b.clusterGoals(b.cluster), b.clusterGoals(b.clusterPaced)...)
 	gs = append(gs, cg...)
 	var fresh, app []Config
 	for _, c := range configs {
@@ -294,7 +294,7 @@ func (b *Bench) goalsSection(w *strings.Builder, st *stats, present []string) {
 		} else {
 			pr("The goals of issue #14, each a ratio measured pair by pair within a run (median over the runs; min–max with more than one run). The focused script `tests/bench/disk.sh` measures the same at the issue's sizes.")
 			if len(cg) > 0 {
-				pr(" Issue #17's (rows marked #17) are from section 5, the cluster phase.")
+				pr(" Issue #17's (rows marked #17) are from section 5, the cluster phase (S3 paced: 5b).")
 			}
 			pr("\n\n")
 		}

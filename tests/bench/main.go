@@ -66,8 +66,9 @@ type options struct {
 	// clusterPools: where the cluster phase's reader pools go: shm, disk
 	// (under diskDir) or auto (shm when 4 of them fit in MemAvailable).
 	clusterPools string
-	// clusterS3MiBps: when not 0, the cluster phase reaches S3 through a
-	// proxy pacing all replies together to this rate (a remote store).
+	// clusterS3MiBps: when not 0, the cluster phase's first run also reads
+	// through a proxy pacing all S3 replies together to this rate (a
+	// remote store).
 	clusterS3MiBps float64
 }
 
@@ -83,8 +84,13 @@ func envOr(name, def string) string {
 	return def
 }
 
-func envFloat(name string) float64 {
-	v, _ := strconv.ParseFloat(strings.TrimSpace(os.Getenv(name)), 64)
+// envFloatOr is $name as a number, or def when it is unset or empty.
+func envFloatOr(name string, def float64) float64 {
+	s := strings.TrimSpace(os.Getenv(name))
+	if s == "" {
+		return def
+	}
+	v, _ := strconv.ParseFloat(s, 64)
 	return v
 }
 
@@ -100,7 +106,7 @@ func main() {
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
 	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
-	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloat("CLUSTER_S3_MIBPS"), "cluster phase: reach S3 through a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: S3 directly, at memory speed on this machine)")
+	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloatOr("CLUSTER_S3_MIBPS", 200), "cluster phase: after the rounds with S3 read directly (at memory speed on this machine), run them once more, in the first run, with S3 behind a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: no paced rounds)")
 	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
 	flag.StringVar(&o.reportOf, "report-only", "", "regenerate docs/BENCHMARKS.md and the plots from this results.json, measuring nothing")
@@ -163,6 +169,9 @@ type Bench struct {
 
 	cenv    *clusterEnv     // the cluster phase's etcd and S3 server, once started
 	cluster *clusterResults // the cluster phase's results
+	// clusterPaced: the cluster phase's rounds again, in the first run,
+	// with S3 behind the pacing proxy (-cluster-s3-mibps); nil without.
+	clusterPaced *clusterResults
 
 	profileFor map[string]string // config id -> cpuprofile path, while profiling
 	profiling  bool

@@ -87,6 +87,7 @@ type resultsFile struct {
 	Profiles     []profileOut        `json:"profiles,omitempty"`
 	Micro        string              `json:"go_micro_benchmarks,omitempty"`
 	Cluster      *clusterResults     `json:"cluster,omitempty"`
+	ClusterPaced *clusterResults     `json:"cluster_paced,omitempty"`
 }
 
 type systemInfo struct {
@@ -113,7 +114,7 @@ func (b *Bench) report(logs map[string][]string, systems []*System) error {
 		}
 	}
 	res := resultsFile{Machine: b.machine, Params: b.p, Elapsed: b.elapsed.Seconds(), Configs: configs,
-		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro, Cluster: b.cluster}
+		Measurements: b.meas, Failures: b.failures, DaemonLogs: logs, Profiles: b.profiles, Micro: b.micro, Cluster: b.cluster, ClusterPaced: b.clusterPaced}
 	for _, s := range systems {
 		res.Systems = append(res.Systems, systemInfo{s.Name, s.Desc, s.mountCmd})
 	}
@@ -299,7 +300,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	pr("## How to reproduce\n\n")
-	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # the cluster phase (section 5) with S3 paced to 100 MiB/s, as a remote store\n```\n\n", fullNote)
+	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # section 5b's rounds with S3 paced to 100 MiB/s (default 200; 0: none)\n```\n\n", fullNote)
 	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs` and go-fuse's `example/loopback` from the module cache, makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
 	pr("Go micro-benchmarks of the hot paths (named for benchstat):\n\n```sh\nTMPDIR=/dev/shm go test -run '^$' -bench . -count 10 ./pmem ./lock ./journal ./core > new.txt\nbenchstat old.txt new.txt\n```\n\n")
 
@@ -423,7 +424,8 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 
 	b.goalsSection(&w, st, all)
-	b.clusterSection(&w)
+	b.clusterSection(&w, b.cluster, "## 5. Cluster: loading a checkpoint written on another node")
+	b.clusterSection(&w, b.clusterPaced, "### 5b. The same, with S3 across a paced link")
 
 	if b.micro != "" {
 		pr("## Go micro-benchmarks\n\n")
@@ -631,7 +633,7 @@ func reportOnly(o options) error {
 	p.persTime, _ = time.ParseDuration(p.PersTime)
 	p.appendTime, _ = time.ParseDuration(p.AppendTime)
 	b := &Bench{o: o, p: p, repo: repo, out: out, started: time.Now(), machine: res.Machine, meas: res.Measurements,
-		failures: res.Failures, profiles: res.Profiles, micro: res.Micro, cluster: res.Cluster,
+		failures: res.Failures, profiles: res.Profiles, micro: res.Micro, cluster: res.Cluster, clusterPaced: res.ClusterPaced,
 		elapsed: time.Duration(res.Elapsed * float64(time.Second)), active: map[*System]bool{}}
 	for _, c := range res.Configs {
 		registerConfig(c)
