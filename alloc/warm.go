@@ -40,6 +40,32 @@ func (a *Map) ReleaseWarm(b format.Blk, n uint64, t time.Time) {
 	a.warmQ = append(a.warmQ, warmRun{b: i0, n: n, t: t})
 }
 
+// MarkWarm marks the free blocks of [b, b+n) warm as if released at t:
+// blocks a mount finds still backed in the pool file (freed but not
+// punched before the last unmount or crash).
+func (a *Map) MarkWarm(b format.Blk, n uint64, t time.Time) {
+	if !a.in(b, n) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i0 := uint64(b - a.start)
+	for i := i0; i < i0+n; {
+		if a.usedLocked(i) || a.warm[i/64]&(1<<(i%64)) != 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < i0+n && !a.usedLocked(j) && a.warm[j/64]&(1<<(j%64)) == 0 {
+			a.warm[j/64] |= 1 << (j % 64)
+			j++
+		}
+		a.nwarm += j - i
+		a.warmQ = append(a.warmQ, warmRun{b: i, n: j - i, t: t})
+		i = j
+	}
+}
+
 // Warm is the number of warm blocks.
 func (a *Map) Warm() uint64 {
 	a.mu.Lock()

@@ -309,6 +309,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	}
 	fs.wb, _ = m.(pmem.WritebackErrors)
 	fs.initWarm(opts)
+	fs.findWarm()
 	if err := fs.load(st); err != nil {
 		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
 	}
@@ -354,6 +355,7 @@ func (fs *FS) Stamp() error {
 	if err := fs.writeSuperblock(); err != nil {
 		return fmt.Errorf("marking the pool mounted: %w", err)
 	}
+	fs.liveWarm()
 	return nil
 }
 

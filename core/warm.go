@@ -46,11 +46,12 @@ type warmer struct {
 	keep  uint64 // cap, blocks
 	decay time.Duration
 
-	mu         sync.Mutex // guards stop, done
+	mu         sync.Mutex // guards live, stop, done
+	live       bool       // stamped: the decay may run (Stamp)
 	stop, done chan struct{}
 
 	punchedDecay atomic.Uint64 // bytes punched because unused for the decay time
-	punchedCap   atomic.Uint64 // bytes punched because over the cap
+	punchedCap   atomic.Uint64 // bytes punched because over the cap (or found over it at mount)
 }
 
 // initWarm sets the policy from the options; only an emulated pool keeps
@@ -67,6 +68,36 @@ func (fs *FS) initWarm(opts Options) {
 	if w.decay == 0 {
 		w.decay = DefaultWarmDecay
 	}
+}
+
+// backedMedium is a medium that can tell which of its bytes hold storage
+// (pmem's file media).
+type backedMedium interface {
+	Backed(off, n int64, fn func(off, n int64)) error
+}
+
+// findWarm marks warm the free blocks the pool file still backs: blocks
+// freed but not punched before the last unmount or crash. Their memory
+// (or disk space) is then reused first, or punched by the cap and the
+// decay like any other warm block. Best effort: a medium that cannot
+// tell leaves them unknown (backed until reused), as before.
+func (fs *FS) findWarm() {
+	bm, ok := fs.m.(backedMedium)
+	if !fs.warm.on || !ok {
+		return
+	}
+	now := time.Now()
+	start := int64(fs.sb.DataStart.Off())
+	err := bm.Backed(start, fs.m.Size()-start, func(off, n int64) {
+		b := Blk(off / format.BlockSize)
+		end := (off + n + format.BlockSize - 1) / format.BlockSize
+		fs.alloc.MarkWarm(b, uint64(end)-uint64(b), now)
+	})
+	if err != nil {
+		fs.log.Warn("finding the free blocks still backed in the pool file; they stay until reused", zap.Error(err))
+	}
+	// Nothing is punched before Stamp (Options.DeferStamp): the decayer
+	// applies the cap and the decay once the mount is live.
 }
 
 // releaseFreed returns the blocks a committed change freed to the
@@ -108,21 +139,33 @@ func (fs *FS) punchWarm(olderThan time.Time, keep uint64, count *atomic.Uint64) 
 	}
 }
 
+// liveWarm lets the decayer run from now on (Stamp), and starts it if
+// blocks are warm already (findWarm, orphans freed by Open).
+func (fs *FS) liveWarm() {
+	fs.warm.mu.Lock()
+	fs.warm.live = true
+	fs.warm.mu.Unlock()
+	if fs.alloc.Warm() > 0 {
+		fs.startDecay()
+	}
+}
+
 // startDecay starts the goroutine that punches blocks warm for longer
-// than the decay time, unless it runs or the FS is closing.
+// than the decay time (and any over the cap), unless it runs, the mount
+// is not live yet or the FS is closing.
 func (fs *FS) startDecay() {
 	w := &fs.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stop != nil || fs.closed.Load() {
+	if w.stop != nil || !w.live || fs.closed.Load() {
 		return
 	}
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
 	go fs.decayer(w.stop, w.done)
 }
 
-// decayer punches, every quarter of the decay time, the warm blocks
-// released more than the decay time ago, until stop.
+// decayer punches, every quarter of the decay time, the warm blocks over
+// the cap and those released more than the decay time ago, until stop.
 func (fs *FS) decayer(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(max(fs.warm.decay/4, time.Millisecond))
@@ -132,6 +175,7 @@ func (fs *FS) decayer(stop <-chan struct{}, done chan<- struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
+			fs.punchWarm(time.Time{}, fs.warm.keep, &fs.warm.punchedCap)
 			fs.punchDecayed(now)
 		}
 	}
@@ -143,8 +187,9 @@ func (fs *FS) punchDecayed(now time.Time) {
 	fs.punchWarm(now.Add(-fs.warm.decay), ^uint64(0), &fs.warm.punchedDecay)
 }
 
-// stopWarm ends the decay goroutine and punches every warm block, so an
-// unmounted pool file holds no memory for free blocks.
+// stopWarm ends the decay goroutine. Warm blocks stay in the pool file:
+// the next mount finds them (findWarm), so a daemon restarted between two
+// checkpoint saves still reuses them, and its decay punches them if not.
 func (fs *FS) stopWarm() {
 	w := &fs.warm
 	w.mu.Lock()
@@ -154,9 +199,6 @@ func (fs *FS) stopWarm() {
 	if stop != nil {
 		close(stop)
 		<-done
-	}
-	if w.on {
-		fs.punchWarm(time.Time{}, 0, &w.punchedCap)
 	}
 }
 
