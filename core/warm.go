@@ -21,8 +21,10 @@ const (
 	// DefaultWarmBytesMax is the most that the default cap keeps warm.
 	// A checkpoint save writes a new file and renames it over the old
 	// one: the old file's blocks are what the next save wants, so the cap
-	// should hold a typical checkpoint; 4 GiB does on the pools this
-	// targets, a quarter of a small pool keeps it a minor part of it.
+	// should hold a checkpoint. A pool that holds a checkpoint twice (old
+	// and new while saving) frees up to half of itself at the rename, so
+	// the default is half the pool, and at most 4 GiB of memory kept for
+	// free blocks.
 	DefaultWarmBytesMax = 4 << 30
 	// DefaultWarmDecay is how long a warm block may stay unused before it
 	// is punched: long enough to span the gap between two checkpoint
@@ -34,10 +36,10 @@ const (
 	warmPiece = 4096
 )
 
-// DefaultWarmBytes is the warm cap of a pool of poolBytes: a quarter of
-// it, at most DefaultWarmBytesMax.
+// DefaultWarmBytes is the warm cap of a pool of poolBytes: half of it,
+// at most DefaultWarmBytesMax.
 func DefaultWarmBytes(poolBytes int64) int64 {
-	return min(poolBytes/4, DefaultWarmBytesMax)
+	return min(poolBytes/2, DefaultWarmBytesMax)
 }
 
 // warmer is the warm-block policy of an FS.

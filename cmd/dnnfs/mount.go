@@ -91,7 +91,7 @@ func runMount(args []string) error {
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	commitInterval := fl.Duration("commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
-	warmBytes := fl.String("warm-bytes", "auto", "most freed blocks an emulated pool keeps in its file for the next write instead of punching them at once (auto = a quarter of the pool, at most 4GiB; 0 = punch at once)")
+	warmBytes := fl.String("warm-bytes", "auto", "most freed blocks an emulated pool keeps in its file for the next write instead of punching them at once (auto = half the pool, at most 4GiB; 0 = punch at once)")
 	warmDecay := fl.Duration("warm-decay", core.DefaultWarmDecay, "how long a freed block an emulated pool keeps (--warm-bytes) may stay unused before it is punched")
 	atimeFlag := fl.String("atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
