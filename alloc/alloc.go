@@ -20,7 +20,7 @@ type Map struct {
 
 	// Warm blocks (warm.go): free blocks still backed by memory in an
 	// emulated pool's file, preferred by Alloc. warm ⊆ free.
-	warm       []uint64 // 1 = free and warm
+	warm       []uint64 // 1 = free and warm; nil until the first warm block
 	nwarm      uint64
 	warmQ      []warmRun // in release order, oldest first; may be stale
 	warmHead   int       // first live entry of warmQ
@@ -44,7 +44,6 @@ func New(start format.Blk, total uint64) *Map {
 		a.n = total - uint64(start)
 	}
 	a.bits = make([]uint64, (a.n+63)/64)
-	a.warm = make([]uint64, len(a.bits))
 	a.punched = sync.NewCond(&a.mu)
 	a.nfree = a.n
 	// Bits past the end are permanently used.
@@ -79,7 +78,7 @@ func (a *Map) usedLocked(i uint64) bool { return a.bits[i/64]&(1<<(i%64)) != 0 }
 func (a *Map) setUsedLocked(i uint64) {
 	a.bits[i/64] |= 1 << (i % 64)
 	a.nfree--
-	if a.warm[i/64]&(1<<(i%64)) != 0 {
+	if a.nwarm > 0 && a.warm[i/64]&(1<<(i%64)) != 0 {
 		a.warm[i/64] &^= 1 << (i % 64)
 		a.nwarm--
 	}

@@ -23,6 +23,7 @@ func (a *Map) ReleaseWarm(b format.Blk, n uint64, t time.Time) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.warmBitsLocked()
 	i0 := uint64(b - a.start)
 	for i := i0; i < i0+n; i++ {
 		if a.usedLocked(i) {
@@ -49,6 +50,7 @@ func (a *Map) MarkWarm(b format.Blk, n uint64, t time.Time) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.warmBitsLocked()
 	i0 := uint64(b - a.start)
 	for i := i0; i < i0+n; {
 		if a.usedLocked(i) || a.warm[i/64]&(1<<(i%64)) != 0 {
@@ -63,6 +65,14 @@ func (a *Map) MarkWarm(b format.Blk, n uint64, t time.Time) {
 		a.nwarm += j - i
 		a.warmQ = append(a.warmQ, warmRun{b: i, n: j - i, t: t})
 		i = j
+	}
+}
+
+// warmBitsLocked makes the warm bitmap: a map that never has a warm
+// block (the checker's, a DRAM pool's) does without its bit a block.
+func (a *Map) warmBitsLocked() {
+	if a.warm == nil {
+		a.warm = make([]uint64, len(a.bits))
 	}
 }
 
