@@ -3,6 +3,7 @@ package alloc
 import (
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 )
@@ -16,6 +17,24 @@ type Map struct {
 	bits   []uint64   // 1 = used
 	nfree  uint64
 	cursor uint64 // next-fit hint, relative to start
+
+	// Warm blocks (warm.go): free blocks still backed by memory in an
+	// emulated pool's file, preferred by Alloc. warm ⊆ free.
+	warm       []uint64 // 1 = free and warm; nil until the first warm block
+	nwarm      uint64
+	warmQ      []warmRun // in release order, oldest first; may be stale
+	warmHead   int       // first live entry of warmQ
+	warmCursor uint64    // next-fit hint among warm runs
+	// Blocks taken by TakeWarm for punching: used in bits, yet counted
+	// free (they are); an allocation that finds nothing else waits.
+	claimed uint64
+	punched *sync.Cond // signalled when claimed blocks come back
+}
+
+// warmRun is one release of warm blocks, for oldest-first punching.
+type warmRun struct {
+	b, n uint64 // relative to start
+	t    time.Time
 }
 
 // New returns a map of blocks [start, total), all free.
@@ -25,6 +44,7 @@ func New(start format.Blk, total uint64) *Map {
 		a.n = total - uint64(start)
 	}
 	a.bits = make([]uint64, (a.n+63)/64)
+	a.punched = sync.NewCond(&a.mu)
 	a.nfree = a.n
 	// Bits past the end are permanently used.
 	if r := a.n % 64; r != 0 {
@@ -36,11 +56,12 @@ func New(start format.Blk, total uint64) *Map {
 // Blocks is the number of blocks the map covers.
 func (a *Map) Blocks() uint64 { return a.n }
 
-// Free is the number of free blocks.
+// Free is the number of free blocks (blocks being punched count: they
+// are free, and an allocation waits for them).
 func (a *Map) Free() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.nfree
+	return a.nfree + a.claimed
 }
 
 // Used is the number of used blocks.
@@ -52,6 +73,16 @@ func (a *Map) in(b format.Blk, n uint64) bool {
 }
 
 func (a *Map) usedLocked(i uint64) bool { return a.bits[i/64]&(1<<(i%64)) != 0 }
+
+// setUsedLocked marks free block i used; it is no longer warm.
+func (a *Map) setUsedLocked(i uint64) {
+	a.bits[i/64] |= 1 << (i % 64)
+	a.nfree--
+	if a.nwarm > 0 && a.warm[i/64]&(1<<(i%64)) != 0 {
+		a.warm[i/64] &^= 1 << (i % 64)
+		a.nwarm--
+	}
+}
 
 // IsUsed reports whether block b is used (blocks outside the map are).
 func (a *Map) IsUsed(b format.Blk) bool {
@@ -78,8 +109,7 @@ func (a *Map) MarkUsed(b format.Blk, n uint64) bool {
 			ok = false
 			continue
 		}
-		a.bits[i/64] |= 1 << (i % 64)
-		a.nfree--
+		a.setUsedLocked(i)
 	}
 	return ok
 }
@@ -101,22 +131,31 @@ func (a *Map) Release(b format.Blk, n uint64) {
 }
 
 // Alloc takes up to want blocks in one run, preferring to start at goal
-// (to keep a file contiguous), then the next run of at least
-// min(want, 256) free blocks after the cursor, then any free block. It
-// returns the run, or n == 0 when the map is full.
+// (to keep a file contiguous), then a warm run of at least min(want, 256)
+// blocks (warm.go), then the next free run of that length after the
+// cursor, then any warm block, then any free block. It returns the run,
+// or n == 0 when the map is full.
 func (a *Map) Alloc(goal format.Blk, want uint64) (format.Blk, uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for {
+		if b, n := a.allocLocked(goal, want); n > 0 || a.claimed == 0 || want == 0 {
+			return b, n
+		}
+		a.punched.Wait() // only blocks being punched are left
+	}
+}
+
+func (a *Map) allocLocked(goal format.Blk, want uint64) (format.Blk, uint64) {
 	if a.nfree == 0 || want == 0 {
 		return 0, 0
 	}
 	take := func(i uint64) (format.Blk, uint64) {
 		n := uint64(0)
 		for n < want && i+n < a.n && !a.usedLocked(i+n) {
-			a.bits[(i+n)/64] |= 1 << ((i + n) % 64)
+			a.setUsedLocked(i + n)
 			n++
 		}
-		a.nfree -= n
 		a.cursor = i + n
 		return a.start + format.Blk(i), n
 	}
@@ -124,10 +163,19 @@ func (a *Map) Alloc(goal format.Blk, want uint64) (format.Blk, uint64) {
 		return take(uint64(goal - a.start))
 	}
 	need := min(want, 256)
+	if i, ok := a.findWarmLocked(need); ok {
+		cursor := a.cursor
+		b, n := take(i)
+		a.warmCursor, a.cursor = a.cursor, cursor // the cold next-fit hint stays
+		return b, n
+	}
 	if i, ok := a.findRunLocked(a.cursor, a.n, need); ok {
 		return take(i)
 	}
 	if i, ok := a.findRunLocked(0, a.n, need); ok {
+		return take(i)
+	}
+	if i, ok := a.findWarmLocked(1); ok {
 		return take(i)
 	}
 	if i, ok := a.findRunLocked(0, a.n, 1); ok {
@@ -142,6 +190,15 @@ func (a *Map) Alloc(goal format.Blk, want uint64) (format.Blk, uint64) {
 func (a *Map) AllocContig(goal format.Blk, n uint64) (format.Blk, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for {
+		if b, ok := a.allocContigLocked(goal, n); ok || a.claimed == 0 || n == 0 {
+			return b, ok
+		}
+		a.punched.Wait() // the run may be among the blocks being punched
+	}
+}
+
+func (a *Map) allocContigLocked(goal format.Blk, n uint64) (format.Blk, bool) {
 	if n == 0 || n > a.nfree {
 		return 0, false
 	}
@@ -160,9 +217,8 @@ func (a *Map) AllocContig(goal format.Blk, n uint64) (format.Blk, bool) {
 		return 0, false
 	}
 	for k := i; k < i+n; k++ {
-		a.bits[k/64] |= 1 << (k % 64)
+		a.setUsedLocked(k)
 	}
-	a.nfree -= n
 	a.cursor = i + n
 	return a.start + format.Blk(i), true
 }

@@ -166,9 +166,7 @@ func (c *change) commit() error {
 	for _, f := range c.after {
 		f()
 	}
-	for _, e := range c.freed {
-		c.fs.releaseBlocks(e.Phys, e.Len)
-	}
+	c.fs.releaseFreed(c.freed)
 	return nil
 }
 
@@ -186,7 +184,8 @@ func (c *change) abort() {
 // releaseBlocks returns blocks to the allocator, punching them out of an
 // emulated pool file so their memory or disk space is given back (DAX
 // media clear them). DRAM media gain nothing from clearing blocks nobody
-// reads. The punch is best effort: the blocks are free either way, and
+// reads. An emulated pool may keep them warm instead (releaseFreed).
+// The punch is best effort: the blocks are free either way, and
 // whoever takes them next overwrites or clears them.
 func (fs *FS) releaseBlocks(b Blk, n uint64) {
 	if fs.m.Kind() != pmem.Memory {

@@ -86,6 +86,8 @@ type FS struct {
 	commitStop     chan struct{}
 	commitDone     chan struct{}
 
+	warm warmer // freed blocks kept unpunched (warm.go)
+
 	freed     broadcaster               // signalled after each inode is freed (see RetryNoSpace)
 	reclaimer atomic.Pointer[Reclaimer] // SetReclaimer; nil: none
 	freeing   atomic.Int32              // freeInode calls in progress (see WaitForgets)
@@ -127,6 +129,13 @@ type Options struct {
 	// means DefaultCommitInterval, negative never (fsync, metadata
 	// changes of the file and Close still commit them).
 	CommitInterval time.Duration
+	// WarmBytes caps the freed blocks an emulated pool keeps unpunched
+	// for reuse (DESIGN.md §Warm blocks); 0 means DefaultWarmBytes of the
+	// pool, negative none (every freed block is punched at once).
+	WarmBytes int64
+	// WarmDecay is how long a warm block stays unpunched unused; 0 means
+	// DefaultWarmDecay.
+	WarmDecay time.Duration
 }
 
 // MountReport says what Open found and did.
@@ -300,6 +309,8 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 		fs.commitInterval = DefaultCommitInterval
 	}
 	fs.wb, _ = m.(pmem.WritebackErrors)
+	fs.initWarm(opts)
+	fs.findWarm()
 	if err := fs.load(st); err != nil {
 		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
 	}
@@ -345,6 +356,7 @@ func (fs *FS) Stamp() error {
 	if err := fs.writeSuperblock(); err != nil {
 		return fmt.Errorf("marking the pool mounted: %w", err)
 	}
+	fs.liveWarm()
 	return nil
 }
 
@@ -355,6 +367,7 @@ func (fs *FS) Close() error {
 		return nil
 	}
 	fs.stopCommitter()
+	fs.stopWarm()
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
 	var firstErr error
@@ -454,6 +467,7 @@ func (fs *FS) Statfs() StatFS {
 func (fs *FS) StatsSnapshot() map[string]uint64 {
 	c, b := fs.j.Stats()
 	bs := fs.j.Batches()
+	w := fs.Warm()
 	return map[string]uint64{
 		"reads": fs.stats.Reads.Load(), "writes": fs.stats.Writes.Load(),
 		"read_bytes": fs.stats.ReadBytes.Load(), "write_bytes": fs.stats.WriteBytes.Load(),
@@ -461,5 +475,6 @@ func (fs *FS) StatsSnapshot() map[string]uint64 {
 		"journal_batches": bs.Batches, "journal_largest_batch": bs.Largest,
 		"free_blocks":   fs.alloc.Free(),
 		"pending_files": uint64(fs.PendingFiles()), "committed_by_interval": fs.stats.Commits.Load(),
+		"warm_bytes": w.Warm, "warm_punched_decay_bytes": w.PunchedDecay, "warm_punched_cap_bytes": w.PunchedCap,
 	}
 }

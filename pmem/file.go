@@ -461,6 +461,40 @@ func (m *fileMedium) Punch(off, n int64) error {
 	return m.Persist(start, end-start)
 }
 
+// Backed calls fn for each piece of [off, off+n) that an emulated pool's
+// file holds storage for (SEEK_DATA/SEEK_HOLE; the rest are holes, as
+// Punch leaves them). Other media hold every byte: fn gets it all. A
+// read-only or private map reports nothing: its process gives no storage
+// back to the file.
+func (m *fileMedium) Backed(off, n int64, fn func(off, n int64)) error {
+	start, end, ok := clampRange(off, n, int64(len(m.data)))
+	if !ok || m.readOnly {
+		return nil
+	}
+	if m.kind != Emulated {
+		fn(start, end-start)
+		return nil
+	}
+	fd := int(m.f.Fd())
+	for start < end {
+		d, err := unix.Seek(fd, start, unix.SEEK_DATA)
+		if err == unix.ENXIO || (err == nil && d >= end) {
+			return nil // holes to the end
+		}
+		if err != nil {
+			return fmt.Errorf("%s: SEEK_DATA from %d: %w", m.path, start, err)
+		}
+		h, err := unix.Seek(fd, d, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("%s: SEEK_HOLE from %d: %w", m.path, d, err)
+		}
+		h = min(h, end)
+		fn(d, h-d)
+		start = h
+	}
+	return nil
+}
+
 // Err reports the first failed write-back (msync) since Open, if any;
 // Close returns it too, so unmount tells of a failure even if every
 // caller reported its own.

@@ -91,6 +91,8 @@ func runMount(args []string) error {
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
 	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	commitInterval := fl.Duration("commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
+	warmBytes := fl.String("warm-bytes", "auto", "most freed blocks an emulated pool keeps in its file for the next write instead of punching them at once (auto = half the pool, at most 4GiB; 0 = punch at once)")
+	warmDecay := fl.Duration("warm-decay", core.DefaultWarmDecay, "how long a freed block an emulated pool keeps (--warm-bytes) may stay unused before it is punched")
 	atimeFlag := fl.String("atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
 	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
@@ -137,6 +139,18 @@ func runMount(args []string) error {
 	ci := *commitInterval
 	if ci == 0 {
 		ci = -1 // core: never
+	}
+	var wb int64 // core: the default
+	if *warmBytes != "auto" {
+		if wb, err = parseSize(*warmBytes); err != nil || wb < 0 {
+			return usageError{fmt.Sprintf("--warm-bytes %q: want a size (0 = punch freed blocks at once) or auto", *warmBytes)}
+		}
+		if wb == 0 {
+			wb = -1 // core: none
+		}
+	}
+	if *warmDecay <= 0 {
+		return usageError{"--warm-decay: must be positive"}
 	}
 	tierOpts := embedding.Options{Migrate: *migrate}
 	for _, s := range *ssd {
@@ -243,14 +257,15 @@ func runMount(args []string) error {
 	}
 	defer m.Close()
 	start := time.Now()
-	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true, CommitInterval: ci})
+	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true, CommitInterval: ci,
+		WarmBytes: wb, WarmDecay: *warmDecay})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *poolPath, err)
 	}
 	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
 		zap.String("mountpoint", mnt), zap.Bool("read_only", *readOnly), zap.String("lock", lockMode.String()), zap.String("atime", atimeMode.String()), zap.Int("inodes", rep.Inodes),
 		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
-		zap.Duration("load_time", time.Since(start))}
+		zap.Uint64("warm_cap_bytes", p.Warm().Cap), zap.Duration("load_time", time.Since(start))}
 	if m.Kind() != pmem.Emulated {
 		fields = append(fields, zap.String("flush", pmem.FlushInstruction()))
 	}

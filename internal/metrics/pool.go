@@ -30,6 +30,10 @@ var (
 		"Files with writes that allocated or grew the file not yet committed (delayed commit, DESIGN.md §Delayed commit).")
 	intervalCommits = desc("dnnfs_interval_commits_total",
 		"Files whose delayed writes the committer committed at the commit interval (not by fsync or a metadata change).")
+	warmBytes = desc("dnnfs_pool_warm_bytes",
+		"Freed blocks an emulated pool keeps in its file for reuse instead of punching them (DESIGN.md §Warm blocks; --warm-bytes).")
+	warmPunched = desc("dnnfs_pool_warm_punched_bytes_total",
+		"Warm blocks punched, by reason: decay (unused for --warm-decay) or cap (over --warm-bytes, or unmount).", "reason")
 	poolBlocks = desc("dnnfs_pool_blocks",
 		"Data blocks of the pool (statfs f_blocks).")
 	poolFree = desc("dnnfs_pool_free_blocks",
@@ -63,7 +67,7 @@ type poolCollector struct{ p *core.FS }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{poolOps, poolBytes, journalCommits, journalBytes, journalBatches,
-		journalLargest, pendingFiles, intervalCommits, poolBlocks, poolFree, poolAvail, poolBlockSize,
+		journalLargest, pendingFiles, intervalCommits, warmBytes, warmPunched, poolBlocks, poolFree, poolAvail, poolBlockSize,
 		poolInodes, poolFreeInodes, lockAcquired, lockWaits, lockWaitSeconds, lockInterrupted,
 		lockRunning, lockWaiting, sessionsOpen} {
 		ch <- d
@@ -85,6 +89,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(journalLargest, float64(s["journal_largest_batch"]))
 	gauge(pendingFiles, float64(s["pending_files"]))
 	counter(intervalCommits, float64(s["committed_by_interval"]))
+	gauge(warmBytes, float64(s["warm_bytes"]))
+	counter(warmPunched, float64(s["warm_punched_decay_bytes"]), "decay")
+	counter(warmPunched, float64(s["warm_punched_cap_bytes"]), "cap")
 
 	st := c.p.Statfs()
 	gauge(poolBlocks, float64(st.Blocks))
