@@ -75,6 +75,7 @@ type computeRequest struct {
 	done  func(result []byte)
 
 	placed *computeElement // the element whose queue holds or held it
+	enq    time.Time
 }
 
 // opsFor is what a lookup of mode over dtype rows needs.
@@ -173,6 +174,7 @@ type computeSched struct {
 	ready   []completion // the ready queue: elements report here, the scheduler drains it
 
 	inline atomic.Uint64 // requests run on the loader (no elements)
+	wait   hist          // submit to an element's start
 	queued func()        // tests: called once a request is on an element's queue
 }
 
@@ -255,6 +257,7 @@ func (s *computeSched) submit(r *computeRequest) {
 	}
 	s.nextID++
 	r.id = s.nextID
+	r.enq = time.Now()
 	r.placed = e
 	e.outst++
 	e.queue = append(e.queue, r)
@@ -330,6 +333,7 @@ func (s *computeSched) worker(e *computeElement) {
 			return
 		}
 		start := time.Now()
+		s.wait.add(start.Sub(r.enq))
 		res := e.el.run(r)
 		e.busyNs.Add(int64(time.Since(start)))
 		e.runs.Add(1)
@@ -353,6 +357,44 @@ func (s *computeSched) close() {
 	}
 	s.mu.Unlock()
 	s.workers.Wait()
+}
+
+// ElementStatus is one processing element of the compute stage.
+type ElementStatus struct {
+	Index       int     `json:"index"`
+	Kind        string  `json:"kind"`
+	Ops         string  `json:"ops"`
+	Rank        int     `json:"rank"`        // preference, lower first
+	Queued      int     `json:"queued"`      // requests waiting on its queue
+	Outstanding int     `json:"outstanding"` // the scheduler's view: queued + running
+	BusySeconds float64 `json:"busy_seconds"`
+	Completions uint64  `json:"completions"`
+	Taken       uint64  `json:"taken_from_others"` // from another element's queue
+}
+
+// ComputeStatus is the compute stage: its elements, the requests that ran
+// on the loaders (no elements: --compute-elements 0), and the wait from
+// placement to an element's start.
+type ComputeStatus struct {
+	Elements []ElementStatus `json:"elements"`
+	OnLoader uint64          `json:"on_loader"`
+	Wait     Latency         `json:"wait"`
+}
+
+func (s *computeSched) status() ComputeStatus {
+	if s == nil {
+		return ComputeStatus{Elements: []ElementStatus{}}
+	}
+	cs := ComputeStatus{Elements: []ElementStatus{}, OnLoader: s.inline.Load(), Wait: s.wait.summary()}
+	s.mu.Lock()
+	s.drainReadyLocked()
+	for _, e := range s.els {
+		cs.Elements = append(cs.Elements, ElementStatus{Index: e.idx, Kind: e.el.kind(), Ops: e.ops.String(), Rank: e.rank,
+			Queued: len(e.queue), Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
+			Completions: e.runs.Load(), Taken: e.steals.Load()})
+	}
+	s.mu.Unlock()
+	return cs
 }
 
 // pos is where idx is in the sorted distinct indices.

@@ -159,12 +159,17 @@ func TestLookupOnElementsMatchesLoader(t *testing.T) {
 			}
 		}
 	}
+	tt.tier.compute = elems
+	cs := tt.tier.Status().Compute
 	var runs uint64
-	for _, e := range elems.els {
-		runs += e.runs.Load()
+	for _, e := range cs.Elements {
+		runs += e.Completions
+		if e.Kind != "cpu" || e.Queued != 0 || e.Outstanding != 0 || e.Completions > 0 && e.BusySeconds == 0 {
+			t.Errorf("idle element's status: %+v", e)
+		}
 	}
-	if runs != 3*40 {
-		t.Fatalf("elements ran %d requests, want %d", runs, 3*40)
+	if len(cs.Elements) != 2 || runs != 3*40 {
+		t.Fatalf("status shows %d elements with %d completions, want 2 with %d", len(cs.Elements), runs, 3*40)
 	}
 }
 

@@ -326,8 +326,34 @@ func TestTablesThroughTheMount(t *testing.T) {
 	if out, _, code := harness.Run(t, "table", "info", fs.Path("t2")); code != 0 || !strings.Contains(out, "dtype=bf16") {
 		t.Fatalf("dnnfs table info: %d %q", code, out)
 	}
-	if out, _, code := harness.Run(t, "status", fs.Mnt); code != 0 || !strings.Contains(out, "SSD tier") || !strings.Contains(out, "small (<=128 rows)") {
+	if out, _, code := harness.Run(t, "status", fs.Mnt); code != 0 || !strings.Contains(out, "SSD tier") || !strings.Contains(out, "small (<=128 rows)") ||
+		!strings.Contains(out, "COMPLETIONS") {
 		t.Fatalf("dnnfs status: %d\n%s", code, out)
+	}
+	// The lookups above ran on the compute elements (DESIGN.md §Compute stage).
+	var cst struct {
+		Embedding struct {
+			Compute struct {
+				Elements []struct {
+					Kind        string `json:"kind"`
+					Completions uint64 `json:"completions"`
+				} `json:"elements"`
+				OnLoader uint64 `json:"on_loader"`
+			} `json:"compute"`
+		} `json:"embedding"`
+	}
+	if out, _, code := harness.Run(t, "status", "--json", fs.Mnt); code != 0 || json.Unmarshal([]byte(out), &cst) != nil {
+		t.Fatalf("dnnfs status --json: %d\n%s", code, out)
+	}
+	var done uint64
+	for _, e := range cst.Embedding.Compute.Elements {
+		if e.Kind != "cpu" {
+			t.Errorf("compute element of kind %q, want cpu", e.Kind)
+		}
+		done += e.Completions
+	}
+	if len(cst.Embedding.Compute.Elements) == 0 || done == 0 || cst.Embedding.Compute.OnLoader != 0 {
+		t.Errorf("status --json compute: %+v; want cpu elements that ran the lookups, none on the loaders", cst.Embedding.Compute)
 	}
 
 	// Rows survive a remount.
