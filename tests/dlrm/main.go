@@ -922,7 +922,19 @@ var computeVariants = []struct{ name, arg string }{{"loader", "0"}, {"elements1"
 // compute variant, interleaved over rounds (the machine is shared and
 // noisy: each round runs every variant, the start rotating), and reports
 // medians of pooled rows/s and of the small stream's p99.
+//
+// It runs twice: on native devices (the CPU is the bottleneck) and under
+// the device model (the loaders are: a reduction on a loader holds it).
 func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) error {
+	for _, dev := range []string{"native", "model"} {
+		if err := computeRun(c, ts, rep, logf, dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func computeRun(c config, ts []table, rep *report, logf func(string, ...any), dev string) error {
 	rows := map[string][]float64{}
 	p99 := map[string][]float64{}
 	for round := 0; round < max(c.computeRounds, 1); round++ {
@@ -931,6 +943,13 @@ func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) 
 			m, err := c.mountWith("--compute-elements", v.arg)
 			if err != nil {
 				return err
+			}
+			if dev == "model" {
+				m.stop()
+				m.withModel(c.model)
+				if err := m.start(); err != nil {
+					return err
+				}
 			}
 			m.resetStats()
 			small := stream{name: "small b4", batch: 4, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 8}
@@ -944,9 +963,9 @@ func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) 
 			pooled := res[0].RowsPerS + res[1].RowsPerS
 			rows[v.name] = append(rows[v.name], pooled)
 			p99[v.name] = append(p99[v.name], res[0].P99us)
-			rep.Points = append(rep.Points, point{Label: fmt.Sprintf("compute %s (--compute-elements %s), round %d: small b4 + large b64, closed loop", v.name, v.arg, round+1),
+			rep.Points = append(rep.Points, point{Label: fmt.Sprintf("compute %s, %s devices (--compute-elements %s), round %d: small b4 + large b64, closed loop", v.name, dev, v.arg, round+1),
 				Sched: "size", Streams: res, Server: st})
-			logf("compute %s round %d: pooled %.0f rows/s, small p99 %.0fus (errors %d/%d)", v.name, round+1, pooled, res[0].P99us, res[0].Errors, res[1].Errors)
+			logf("compute %s %s round %d: pooled %.0f rows/s, small p99 %.0fus (errors %d/%d)", dev, v.name, round+1, pooled, res[0].P99us, res[0].Errors, res[1].Errors)
 		}
 	}
 	median := func(xs []float64) float64 {
@@ -960,15 +979,16 @@ func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) 
 		}
 		return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
 	}
+	k := "compute_" + dev + "_"
 	for _, v := range computeVariants {
-		rep.Compare["compute_rows_s_"+v.name] = median(rows[v.name])
-		rep.Compare["compute_small_p99_us_"+v.name] = median(p99[v.name])
+		rep.Compare[k+"rows_s_"+v.name] = median(rows[v.name])
+		rep.Compare[k+"small_p99_us_"+v.name] = median(p99[v.name])
 	}
 	rep.Compare["compute_rounds"] = float64(max(c.computeRounds, 1))
-	if base := rep.Compare["compute_rows_s_loader"]; base > 0 {
+	if base := rep.Compare[k+"rows_s_loader"]; base > 0 {
 		for _, v := range computeVariants[1:] {
-			rep.Compare["compute_rows_s_"+v.name+"_over_loader"] = rep.Compare["compute_rows_s_"+v.name] / base
-			rep.Compare["compute_small_p99_"+v.name+"_over_loader"] = rep.Compare["compute_small_p99_us_"+v.name] / rep.Compare["compute_small_p99_us_loader"]
+			rep.Compare[k+"rows_s_"+v.name+"_over_loader"] = rep.Compare[k+"rows_s_"+v.name] / base
+			rep.Compare[k+"small_p99_"+v.name+"_over_loader"] = rep.Compare[k+"small_p99_us_"+v.name] / rep.Compare[k+"small_p99_us_loader"]
 		}
 	}
 	return nil
