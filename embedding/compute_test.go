@@ -416,3 +416,31 @@ func TestLoadersFreeWhileComputeSaturated(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReduce compares the loader path's reduction with the CPU
+// elements' kernel on a DLRM-like batch (64 bags of 15 rows, dim 64):
+// go test ./embedding -run XXX -bench Reduce
+func BenchmarkReduce(b *testing.B) {
+	for _, dtype := range []uint8{format.DtypeF32, format.DtypeF16, format.DtypeBF16} {
+		rng := rand.New(rand.NewPCG(49, 50))
+		r := randCompute(rng, 1, wire.Sum, dtype, 64, false)
+		r.req.Offsets, r.req.Indices = nil, nil
+		for bag := 0; bag < 64; bag++ {
+			r.req.Offsets = append(r.req.Offsets, int64(len(r.req.Indices)))
+			for k := 0; k < 15; k++ {
+				r.req.Indices = append(r.req.Indices, r.uniq[rng.IntN(len(r.uniq))])
+			}
+		}
+		for _, k := range []struct {
+			name string
+			f    func(*computeRequest) []byte
+		}{{"loader", reduceRef}, {"element", reduceFast}} {
+			b.Run(fmt.Sprintf("%s/dtype%d", k.name, dtype), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					k.f(r)
+				}
+				b.ReportMetric(float64(len(r.req.Indices))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+			})
+		}
+	}
+}
