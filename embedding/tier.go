@@ -97,7 +97,7 @@ type Tier struct {
 
 	useful  atomic.Uint64 // bytes callers asked for (reads, lookups)
 	mig     migrator
-	compute *computeSched // nil: lookups reduce on the loader
+	compute *computeSched // without elements (or nil, in tests) lookups reduce on the loader
 	nCPU    int           // CPU elements Start creates
 
 	pending  []*Device     // new devices Prepare found; Start registers them
@@ -246,9 +246,7 @@ func (t *Tier) Start() error {
 		t.pending = t.pending[1:]
 	}
 	t.pending = nil
-	if t.nCPU > 0 {
-		t.compute = newComputeSched(cpuElements(t.nCPU))
-	}
+	t.compute = newComputeSched(cpuElements(t.nCPU)) // none: on the loaders, counted
 	for _, d := range t.att {
 		d.start()
 	}
