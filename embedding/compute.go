@@ -19,11 +19,8 @@ import (
 // dtype conversion) is a compute request that the compute scheduler
 // places on a processing element, so a loader only reads.
 
-// Op is one operation a compute request needs; an OpSet is what a request
-// needs or what an element can run.
-type Op uint8
-
-// OpSet is a set of Ops.
+// OpSet is a set of operations: what a compute request needs, or what a
+// processing element can run.
 type OpSet uint8
 
 const (
