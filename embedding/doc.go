@@ -39,8 +39,8 @@
 //     one, else an idle less preferred one, else the least loaded
 //     preferred one, from the completions elements report on a ready
 //     queue. An element that runs a superset of another's ops takes from
-//     its queue when its own is empty. --compute-elements 0 pools on the
-//     loader as before.
+//     its queue when its own is empty and the other is busy.
+//     --compute-elements 0 pools on the loader as before.
 //   - Migration: per-shard heat and per-device load counters; a migrator
 //     replicates hot shards to the least-loaded device and moves shards
 //     off devices short of space. A move copies, fdatasyncs, commits the
