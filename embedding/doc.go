@@ -32,6 +32,15 @@
 //     behind a whole large request. Under contention a class with weight
 //     w gets at least w/(sum of the non-empty classes' weights) of the
 //     device's pieces, so no class starves.
+//   - Compute stage (DESIGN.md §Compute stage): loaders only read; a
+//     lookup's gather or pooling is a compute request the compute
+//     scheduler places on a processing element (CPU workers, unrolled
+//     kernels; other kinds behind the same interface): an idle preferred
+//     one, else an idle less preferred one, else the least loaded
+//     preferred one, from the completions elements report on a ready
+//     queue. An element that runs a superset of another's ops takes from
+//     its queue when its own is empty and the other is busy.
+//     --compute-elements 0 pools on the loader as before.
 //   - Migration: per-shard heat and per-device load counters; a migrator
 //     replicates hot shards to the least-loaded device and moves shards
 //     off devices short of space. A move copies, fdatasyncs, commits the
@@ -49,6 +58,7 @@
 // # Lock order
 //
 // The tier's locks (migrator.mu, shard.wgate, Tier.mu, Device.qmu,
-// Device.tmu, spaceMap.mu, sleeper.mu) are in DESIGN.md §Lock order with
+// Device.tmu, computeSched.mu, computeSched.readyMu, spaceMap.mu,
+// sleeper.mu) are in DESIGN.md §Lock order with
 // the rest of dnnfs's.
 package embedding

@@ -38,7 +38,7 @@ func newTestTier(t *testing.T, models []Model, sched SchedConfig) *testTier {
 		t.Fatal(err)
 	}
 	base := t.TempDir()
-	tt.opts = Options{Sched: sched, ShardBytes: 16 << 10}
+	tt.opts = Options{Sched: sched, ShardBytes: 16 << 10, ComputeElements: 2}
 	for i, m := range models {
 		dir := filepath.Join(base, fmt.Sprintf("ssd%d", i))
 		if err := os.Mkdir(dir, 0o755); err != nil {

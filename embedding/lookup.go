@@ -3,15 +3,12 @@ package embedding
 import (
 	"encoding/binary"
 	"errors"
-	"math"
 	"slices"
-	"sort"
 	"syscall"
 
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/embedding/wire"
-	"github.com/dnnfs/dnnfs/format"
 )
 
 var le = binary.LittleEndian
@@ -94,62 +91,9 @@ func (t *Table) Lookup(r *wire.Request, done func(result []byte)) {
 			done(wire.EncodeResult(r.Tag, syscall.EIO, 0, 0, nil))
 			return
 		}
-		pos := func(idx int64) int { return sort.Search(len(uniq), func(i int) bool { return uniq[i] >= idx }) }
-		if r.Mode == wire.Gather {
-			out := make([]byte, len(r.Indices)*rb)
-			for i, idx := range r.Indices {
-				u := pos(idx)
-				copy(out[i*rb:], rowData[u*rb:(u+1)*rb])
-			}
-			done(wire.EncodeResult(r.Tag, 0, len(r.Indices), wire.Dtype(t.hdr.Dtype), out))
-			return
-		}
-		dim := int(t.hdr.Dim)
-		acc := make([]float32, dim)
-		out := make([]byte, len(r.Offsets)*dim*4)
-		for bag := range r.Offsets {
-			a, b := r.Offsets[bag], int64(len(r.Indices))
-			if bag+1 < len(r.Offsets) {
-				b = r.Offsets[bag+1]
-			}
-			clear(acc)
-			for k := a; k < b; k++ {
-				u := pos(r.Indices[k])
-				w := float32(1)
-				if r.Weights != nil {
-					w = r.Weights[k]
-				}
-				accumulate(acc, rowData[u*rb:(u+1)*rb], t.hdr.Dtype, w)
-			}
-			if r.Mode == wire.Mean && b > a {
-				inv := 1 / float32(b-a)
-				for i := range acc {
-					acc[i] *= inv
-				}
-			}
-			o := out[bag*dim*4:]
-			for i, v := range acc {
-				le.PutUint32(o[4*i:], math.Float32bits(v))
-			}
-		}
-		done(wire.EncodeResult(r.Tag, 0, len(r.Offsets), wire.F32, out))
+		// The loader only read: the gather or pooling is a compute
+		// request for the processing elements (DESIGN.md §Compute stage).
+		t.tier.compute.submit(&computeRequest{tag: r.Tag, ops: opsFor(r, t.hdr.Dtype), req: r, dtype: t.hdr.Dtype,
+			dim: int(t.hdr.Dim), rb: rb, uniq: uniq, rows: rowData, done: done})
 	})
-}
-
-// accumulate adds w * row (in dtype) into acc.
-func accumulate(acc []float32, row []byte, dtype uint8, w float32) {
-	switch dtype {
-	case format.DtypeF32:
-		for i := range acc {
-			acc[i] += w * math.Float32frombits(le.Uint32(row[4*i:]))
-		}
-	case format.DtypeF16:
-		for i := range acc {
-			acc[i] += w * wire.F16ToFloat32(le.Uint16(row[2*i:]))
-		}
-	case format.DtypeBF16:
-		for i := range acc {
-			acc[i] += w * wire.BF16ToFloat32(le.Uint16(row[2*i:]))
-		}
-	}
 }

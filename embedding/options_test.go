@@ -56,3 +56,23 @@ func TestParseOptions(t *testing.T) {
 
 func second[T any](_ T, err error) error        { return err }
 func third[T, U any](_ T, _ U, err error) error { return err }
+
+// --compute-elements: auto, or a count from 0 (on the loaders); the
+// default leaves a core to FUSE and half a core per device to loaders.
+func TestParseComputeElements(t *testing.T) {
+	for in, want := range map[string]int{"auto": ComputeAuto, "0": 0, "3": 3} {
+		if n, err := ParseComputeElements(in); err != nil || n != want {
+			t.Errorf("ParseComputeElements(%q) = %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "x", "257"} {
+		if _, err := ParseComputeElements(in); err == nil || !strings.Contains(err.Error(), "--compute-elements") {
+			t.Errorf("ParseComputeElements(%q) = %v, want an error naming the flag", in, err)
+		}
+	}
+	for _, devs := range []int{0, 1, 2, 8, 1000} {
+		if n := DefaultComputeElements(devs); n < 1 {
+			t.Errorf("DefaultComputeElements(%d) = %d, want at least 1", devs, n)
+		}
+	}
+}

@@ -52,6 +52,7 @@ type Status struct {
 	UsefulBytes       uint64         `json:"useful_bytes"`
 	BackingReadBytes  uint64         `json:"backing_read_bytes"`
 	ReadAmplification float64        `json:"read_amplification"` // backing bytes read per useful byte
+	Compute           ComputeStatus  `json:"compute"`
 }
 
 func (m Model) String() string {
@@ -100,6 +101,7 @@ func (t *Tier) Status() Status {
 	}
 	s.Moves, s.Replications = t.mig.moves.Load(), t.mig.replications.Load()
 	s.UsefulBytes = t.useful.Load()
+	s.Compute = t.compute.status()
 	if s.UsefulBytes > 0 {
 		s.ReadAmplification = float64(s.BackingReadBytes) / float64(s.UsefulBytes)
 	}
@@ -126,4 +128,7 @@ func (t *Tier) ResetStats() {
 		d.reads.Store(0)
 	}
 	t.useful.Store(0)
+	if t.compute != nil {
+		t.compute.wait.reset()
+	}
 }

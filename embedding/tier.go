@@ -68,7 +68,12 @@ type Options struct {
 	ShardBytes int64 // target shard size; 0 = DefaultShardBytes
 	// Migrate is the migrator's period; 0 disables it.
 	Migrate time.Duration
-	Log     *zap.Logger
+	// ComputeElements is the CPU processing elements of the compute stage
+	// (DESIGN.md §Compute stage): ComputeAuto sizes them by
+	// DefaultComputeElements; 0 runs a lookup's gather or pooling on the
+	// loader that read its last piece, as before the compute stage.
+	ComputeElements int
+	Log             *zap.Logger
 }
 
 // DefaultShardBytes is the target shard size: small enough to move and
@@ -90,8 +95,10 @@ type Tier struct {
 	mu     sync.Mutex
 	tables map[core.Ino]*Table
 
-	useful atomic.Uint64 // bytes callers asked for (reads, lookups)
-	mig    migrator
+	useful  atomic.Uint64 // bytes callers asked for (reads, lookups)
+	mig     migrator
+	compute *computeSched // without elements (or nil, in tests) lookups reduce on the loader
+	nCPU    int           // CPU elements Start creates
 
 	pending  []*Device     // new devices Prepare found; Start registers them
 	migEvery time.Duration // the migrator's period (Start)
@@ -138,6 +145,10 @@ func Prepare(p *core.FS, opts Options) (*Tier, error) {
 		shardB: opts.ShardBytes, tables: map[core.Ino]*Table{}, migEvery: opts.Migrate}
 	if t.shardB == 0 {
 		t.shardB = DefaultShardBytes
+	}
+	t.nCPU = opts.ComputeElements
+	if t.nCPU == ComputeAuto {
+		t.nCPU = DefaultComputeElements(len(opts.Devices))
 	}
 	if err := CheckDevices(opts.Devices); err != nil {
 		return nil, err
@@ -235,6 +246,7 @@ func (t *Tier) Start() error {
 		t.pending = t.pending[1:]
 	}
 	t.pending = nil
+	t.compute = newComputeSched(cpuElements(t.nCPU)) // none: on the loaders, counted
 	for _, d := range t.att {
 		d.start()
 	}
@@ -511,6 +523,7 @@ func (t *Tier) Close() error {
 	for _, d := range t.att {
 		d.close()
 	}
+	t.compute.close() // after the loaders: they submit
 	// Not started (or registration failed): the directories not yet
 	// registered get back the backing files they lacked.
 	for _, d := range t.pending {

@@ -331,14 +331,22 @@ func (r Result) Err() error {
 // EncodeResult builds a result message.
 func EncodeResult(tag uint64, status syscall.Errno, count int, dtype Dtype, payload []byte) []byte {
 	b := make([]byte, ResultHeaderSize+len(payload))
+	copy(b[ResultHeaderSize:], payload)
+	PutResultHeader(b, tag, status, count, dtype)
+	return b
+}
+
+// PutResultHeader fills the header of b, a result whose payload is
+// b[ResultHeaderSize:] already (a producer that writes the payload in
+// place saves EncodeResult's copy).
+func PutResultHeader(b []byte, tag uint64, status syscall.Errno, count int, dtype Dtype) {
 	le.PutUint32(b[0:], ResultMagic)
 	le.PutUint32(b[4:], uint32(status))
 	le.PutUint64(b[8:], tag)
-	le.PutUint64(b[16:], uint64(len(payload)))
+	le.PutUint64(b[16:], uint64(len(b)-ResultHeaderSize))
 	le.PutUint32(b[24:], uint32(count))
 	b[28] = byte(dtype)
-	copy(b[ResultHeaderSize:], payload)
-	return b
+	clear(b[29:ResultHeaderSize])
 }
 
 // ResultLength checks a result header (the first ResultHeaderSize bytes

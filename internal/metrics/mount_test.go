@@ -75,7 +75,7 @@ func mountWithMetrics(t testing.TB, ssd, timed bool) *mounted {
 			t.Fatal(err)
 		}
 		if tier, err = embedding.Open(p, embedding.Options{Devices: []embedding.DeviceSpec{{Dir: mt.ssdDir,
-			Model: embedding.Model{Channels: embedding.DefaultChannels}}}, Log: log}); err != nil {
+			Model: embedding.Model{Channels: embedding.DefaultChannels}}}, ComputeElements: 1, Log: log}); err != nil {
 			p.Close()
 			m.Close()
 			t.Fatal(err)
@@ -366,6 +366,12 @@ func TestTierMovesWithIO(t *testing.T) {
 		}
 		if v := value(t, before, "dnnfs_embedding_device_queued_pieces", "device", "1", "class", class); v != 0 {
 			t.Errorf("dnnfs_embedding_device_queued_pieces{class=%q} = %v on an idle tier, want 0", class, v)
+		}
+	}
+	for _, name := range []string{"dnnfs_embedding_compute_queued_requests", "dnnfs_embedding_compute_outstanding_requests",
+		"dnnfs_embedding_compute_completions_total"} {
+		if v := value(t, before, name, "element", "0", "kind", "cpu"); v != 0 {
+			t.Errorf("%s{element=0,kind=cpu} = %v on an idle tier, want 0", name, v)
 		}
 	}
 

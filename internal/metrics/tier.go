@@ -63,6 +63,13 @@ var (
 	tierReplicas     = desc("dnnfs_embedding_replicas", "Shards with a replica on a second device.")
 	tierMoves        = desc("dnnfs_embedding_moves_total", "Shards moved by the migrator.")
 	tierReplications = desc("dnnfs_embedding_replications_total", "Shards replicated by the migrator.")
+	computeQueued    = desc("dnnfs_embedding_compute_queued_requests", "Compute requests waiting on a processing element's queue.", "element", "kind")
+	computeOutst     = desc("dnnfs_embedding_compute_outstanding_requests", "A processing element's outstanding compute requests as the compute scheduler tracks them (queued + running).", "element", "kind")
+	computeBusy      = desc("dnnfs_embedding_compute_busy_seconds_total", "Time a processing element spent running compute requests.", "element", "kind")
+	computeDone      = desc("dnnfs_embedding_compute_completions_total", "Compute requests a processing element completed.", "element", "kind")
+	computeTaken     = desc("dnnfs_embedding_compute_taken_total", "Compute requests a processing element took from another element's queue.", "element", "kind")
+	computeOnLoader  = desc("dnnfs_embedding_compute_on_loader_total", "Lookups gathered or pooled on the loader (--compute-elements 0).")
+	computeWait      = desc("dnnfs_embedding_compute_wait_seconds", "Wait of a compute request from placement to an element's start.")
 	tierUseful       = desc("dnnfs_embedding_useful_bytes_total", "Bytes of rows returned to embedding readers (read amplification: device read bytes over these).")
 )
 
@@ -73,7 +80,8 @@ func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{classQueued, classWaiting, classInFlight, classRequests, classFailed,
 		classRows, classBytes, classLatency, devInfo, devQueued, devInFlight, devReads, devReadBytes, devWrites,
 		devWriteBytes, devErrors, devLatency, devCapacity, devUsed, devShards, devMoves, tierTables,
-		tierShards, tierReplicas, tierMoves, tierReplications, tierUseful} {
+		tierShards, tierReplicas, tierMoves, tierReplications, tierUseful, computeQueued, computeOutst, computeBusy,
+		computeDone, computeTaken, computeOnLoader, computeWait} {
 		ch <- d
 	}
 }
@@ -140,4 +148,14 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(tierMoves, float64(s.Moves))
 	counter(tierReplications, float64(s.Replications))
 	counter(tierUseful, float64(s.UsefulBytes))
+	for _, e := range s.Compute.Elements {
+		id := strconv.Itoa(e.Index)
+		gauge(computeQueued, float64(e.Queued), id, e.Kind)
+		gauge(computeOutst, float64(e.Outstanding), id, e.Kind)
+		counter(computeBusy, e.BusySeconds, id, e.Kind)
+		counter(computeDone, float64(e.Completions), id, e.Kind)
+		counter(computeTaken, float64(e.Taken), id, e.Kind)
+	}
+	counter(computeOnLoader, float64(s.Compute.OnLoader))
+	ch <- summary(computeWait, s.Compute.Wait)
 }

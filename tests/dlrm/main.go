@@ -54,6 +54,8 @@ type config struct {
 	model          string
 	point          time.Duration
 	seed           uint64
+	computeOnly    bool // fill, then only the compute-stage comparison
+	computeRounds  int
 }
 
 func main() {
@@ -68,6 +70,8 @@ func main() {
 	flag.StringVar(&c.model, "model", "bw=400MiB/s,lat=400us,channels=4,sector=512", "device model of each SSD for the scheduler experiments")
 	flag.DurationVar(&c.point, "point", 3*time.Second, "measuring time per point")
 	flag.Uint64Var(&c.seed, "seed", 1, "random seed")
+	flag.BoolVar(&c.computeOnly, "compute-only", false, "fill, then run only the compute-stage comparison (reduction on the loaders vs on 1 and 2 compute elements)")
+	flag.IntVar(&c.computeRounds, "compute-rounds", 3, "interleaved rounds of the compute-stage comparison (medians are reported)")
 	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -out without measuring")
 	flag.Parse()
 	if *reportOnly {
@@ -756,6 +760,15 @@ func run(c config) error {
 		ts[i].path = filepath.Join(m.mnt, ts[i].name)
 	}
 
+	if c.computeOnly {
+		m.stop()
+		if err := computePhase(c, ts, &rep, logf); err != nil {
+			return err
+		}
+		rep.Commands = []string{strings.Join(os.Args, " ")}
+		return writeReport(c, rep)
+	}
+
 	// 1. Request file vs per-row preads vs the backing files (native devices).
 	threads := 8
 	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
@@ -876,6 +889,10 @@ func run(c config) error {
 		}
 		m.stop()
 	}
+	// 3. The compute stage: the reduction on the loaders vs on elements.
+	if err := computePhase(c, ts, &rep, logf); err != nil {
+		return err
+	}
 	if v := rep.Compare["small_p99_mixed_us_size"]; v > 0 {
 		rep.Compare["fifo_over_size_small_p99_mixed"] = rep.Compare["small_p99_mixed_us_fifo"] / v
 	}
@@ -892,4 +909,87 @@ func nproc() int {
 		return s.Count()
 	}
 	return 0
+}
+
+// computeVariants are the compute-stage settings compared: the reduction
+// on the loader that read a lookup's last piece (as before the compute
+// stage), and on 1 and 2 CPU processing elements.
+var computeVariants = []struct{ name, arg string }{{"loader", "0"}, {"elements1", "1"}, {"elements2", "2"}}
+
+// computePhase measures the mixed DLRM load (small batch-4 and large
+// batch-64 sum lookups, closed loop, native devices: the CPU is the
+// bottleneck, which is where the reduction's placement matters) with each
+// compute variant, interleaved over rounds (the machine is shared and
+// noisy: each round runs every variant, the start rotating), and reports
+// medians of pooled rows/s and of the small stream's p99.
+//
+// It runs twice: on native devices (the CPU is the bottleneck) and under
+// the device model (the loaders are: a reduction on a loader holds it).
+func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) error {
+	for _, dev := range []string{"native", "model"} {
+		if err := computeRun(c, ts, rep, logf, dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func computeRun(c config, ts []table, rep *report, logf func(string, ...any), dev string) error {
+	rows := map[string][]float64{}
+	p99 := map[string][]float64{}
+	for round := 0; round < max(c.computeRounds, 1); round++ {
+		for k := range computeVariants {
+			v := computeVariants[(k+round)%len(computeVariants)]
+			m, err := c.mountWith("--compute-elements", v.arg)
+			if err != nil {
+				return err
+			}
+			if dev == "model" {
+				m.stop()
+				m.withModel(c.model)
+				if err := m.start(); err != nil {
+					return err
+				}
+			}
+			m.resetStats()
+			small := stream{name: "small b4", batch: 4, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 8}
+			large := stream{name: "large b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 16}
+			res, err := runPoint(m, ts, c.dim, []stream{small, large}, c.point, c.seed+uint64(round))
+			st := m.status()
+			m.stop()
+			if err != nil {
+				return err
+			}
+			pooled := res[0].RowsPerS + res[1].RowsPerS
+			rows[v.name] = append(rows[v.name], pooled)
+			p99[v.name] = append(p99[v.name], res[0].P99us)
+			rep.Points = append(rep.Points, point{Label: fmt.Sprintf("compute %s, %s devices (--compute-elements %s), round %d: small b4 + large b64, closed loop", v.name, dev, v.arg, round+1),
+				Sched: "size", Streams: res, Server: st})
+			logf("compute %s %s round %d: pooled %.0f rows/s, small p99 %.0fus (errors %d/%d)", dev, v.name, round+1, pooled, res[0].P99us, res[0].Errors, res[1].Errors)
+		}
+	}
+	median := func(xs []float64) float64 {
+		ys := append([]float64(nil), xs...)
+		sort.Float64s(ys)
+		if len(ys) == 0 {
+			return 0
+		}
+		if len(ys)%2 == 1 {
+			return ys[len(ys)/2]
+		}
+		return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
+	}
+	k := "compute_" + dev + "_"
+	for _, v := range computeVariants {
+		rep.Compare[k+"rows_s_"+v.name] = median(rows[v.name])
+		rep.Compare[k+"small_p99_us_"+v.name] = median(p99[v.name])
+	}
+	rep.Compare["compute_rounds"] = float64(max(c.computeRounds, 1))
+	if base := rep.Compare[k+"rows_s_loader"]; base > 0 {
+		for _, v := range computeVariants[1:] {
+			rep.Compare[k+"rows_s_"+v.name+"_over_loader"] = rep.Compare[k+"rows_s_"+v.name] / base
+			rep.Compare[k+"small_p99_"+v.name+"_over_loader"] = rep.Compare[k+"small_p99_us_"+v.name] / rep.Compare[k+"small_p99_us_loader"]
+		}
+	}
+	return nil
 }

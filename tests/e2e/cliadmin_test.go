@@ -176,7 +176,7 @@ func TestCLIErrorMessages(t *testing.T) {
 		{"--lock", "x"}, {"--atime", "x"}, {"--log-level", "x"}, {"--log-format", "x"}, {"--tail-interval", "x"},
 		{"--tail-interval", "0"}, {"--commit-interval", "x"}, {"--commit-interval", "-1s"}, {"--migrate-interval", "x"},
 		{"--ssd", dir + ":bw=x"}, {"--sched", "x"}, {"--classes", "x"}, {"--class-weights", "x"},
-		{"--max-piece", "x"}, {"--placement", "x"}, {"--shard-size", "x"}, {"--read-only=x"},
+		{"--max-piece", "x"}, {"--compute-elements", "x"}, {"--compute-elements", "-1"}, {"--placement", "x"}, {"--shard-size", "x"}, {"--read-only=x"},
 	} {
 		flag, _, _ := strings.Cut(c[0], "=")
 		wantIn(badRun(t, pool, []int{usage}, append([]string{"mount", "--pool", pool, mnt}, c...)...), flag)

@@ -326,8 +326,34 @@ func TestTablesThroughTheMount(t *testing.T) {
 	if out, _, code := harness.Run(t, "table", "info", fs.Path("t2")); code != 0 || !strings.Contains(out, "dtype=bf16") {
 		t.Fatalf("dnnfs table info: %d %q", code, out)
 	}
-	if out, _, code := harness.Run(t, "status", fs.Mnt); code != 0 || !strings.Contains(out, "SSD tier") || !strings.Contains(out, "small (<=128 rows)") {
+	if out, _, code := harness.Run(t, "status", fs.Mnt); code != 0 || !strings.Contains(out, "SSD tier") || !strings.Contains(out, "small (<=128 rows)") ||
+		!strings.Contains(out, "COMPLETIONS") {
 		t.Fatalf("dnnfs status: %d\n%s", code, out)
+	}
+	// The lookups above ran on the compute elements (DESIGN.md §Compute stage).
+	var cst struct {
+		Embedding struct {
+			Compute struct {
+				Elements []struct {
+					Kind        string `json:"kind"`
+					Completions uint64 `json:"completions"`
+				} `json:"elements"`
+				OnLoader uint64 `json:"on_loader"`
+			} `json:"compute"`
+		} `json:"embedding"`
+	}
+	if out, _, code := harness.Run(t, "status", "--json", fs.Mnt); code != 0 || json.Unmarshal([]byte(out), &cst) != nil {
+		t.Fatalf("dnnfs status --json: %d\n%s", code, out)
+	}
+	var done uint64
+	for _, e := range cst.Embedding.Compute.Elements {
+		if e.Kind != "cpu" {
+			t.Errorf("compute element of kind %q, want cpu", e.Kind)
+		}
+		done += e.Completions
+	}
+	if len(cst.Embedding.Compute.Elements) == 0 || done == 0 || cst.Embedding.Compute.OnLoader != 0 {
+		t.Errorf("status --json compute: %+v; want cpu elements that ran the lookups, none on the loaders", cst.Embedding.Compute)
 	}
 
 	// Rows survive a remount.
@@ -556,4 +582,65 @@ func TestPythonEmbeddingBagExample(t *testing.T) {
 		t.Fatalf("example_embeddingbag.py: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestComputeElementsOption: --compute-elements (also as -o) sets where a
+// lookup's pooling runs: 0 on the loaders, N on N CPU processing
+// elements (DESIGN.md §Compute stage); the results agree and status says
+// where they ran.
+func TestComputeElementsOption(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		elements int
+	}{{[]string{"-o", "compute-elements=0"}, 0}, {[]string{"--compute-elements", "2"}, 2}} {
+		pool := harness.Mkfs(t, "16MiB")
+		fs := harness.Mount(t, pool, append([]string{"--ssd", ssdDirs(t, 1)[0]}, c.args...)...)
+		rng := rand.New(rand.NewPCG(9, 10))
+		path := fs.Path("t")
+		w := makeTable(t, path, 64, 4, "4KiB", rng)
+		lf, err := os.OpenFile(path+".lookup", os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lf.Write(request(1, 1, []int64{3, 60, 3}, []int64{0}, nil)); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, 4)
+		for _, r := range []int{3, 60, 3} {
+			for i := range want {
+				want[i] += w[r*4+i]
+			}
+		}
+		if r := readResult(t, lf); r.tag != 1 || r.status != 0 || !close32(r.payload, want) {
+			t.Fatalf("%v: sum result %+v, want %v", c.args, r, want)
+		}
+		lf.Close()
+		var st struct {
+			Embedding struct {
+				Compute struct {
+					Elements []struct {
+						Completions uint64 `json:"completions"`
+					} `json:"elements"`
+					OnLoader uint64 `json:"on_loader"`
+				} `json:"compute"`
+			} `json:"embedding"`
+		}
+		if out, _, code := harness.Run(t, "status", "--json", fs.Mnt); code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("dnnfs status --json: %d\n%s", code, out)
+		}
+		cs := st.Embedding.Compute
+		var done uint64
+		for _, e := range cs.Elements {
+			done += e.Completions
+		}
+		switch {
+		case len(cs.Elements) != c.elements:
+			t.Errorf("%v: %d compute elements, want %d", c.args, len(cs.Elements), c.elements)
+		case c.elements == 0 && cs.OnLoader != 1:
+			t.Errorf("%v: %d lookups pooled on the loaders, want 1", c.args, cs.OnLoader)
+		case c.elements > 0 && (done != 1 || cs.OnLoader != 0):
+			t.Errorf("%v: elements completed %d, loaders %d; want 1 and 0", c.args, done, cs.OnLoader)
+		}
+		fs.Unmount(t)
+	}
 }
