@@ -62,6 +62,7 @@ type env struct {
 	nodes  map[string]*harness.FS
 	args   map[string][]string
 	top    *testing.T // the test the daemons belong to
+	pool   string     // mkfs size of the nodes' pools (700MiB unless set)
 }
 
 func newEnv(t *testing.T) *env {
@@ -99,7 +100,11 @@ func (e *env) clusterArgs(t *testing.T, id, ip string) []string {
 // mount starts node id on a fresh pool, with extra mount flags.
 func (e *env) mount(t *testing.T, id, ip string, extra ...string) *harness.FS {
 	t.Helper()
-	pool := harness.Mkfs(t, "700MiB")
+	size := e.pool
+	if size == "" {
+		size = "700MiB"
+	}
+	pool := harness.Mkfs(t, size)
 	args := append(e.clusterArgs(t, id, ip), extra...)
 	e.args[id] = args
 	f := harness.Mount(t, pool, args...)
@@ -904,15 +909,17 @@ func testEtcdUnreachable(t *testing.T, e *env) {
 	}
 }
 
-// TestS3Tier is about S3 requests: a 256 MiB file written on a node that
+// TestS3Tier is about S3 requests: a 1 GiB file (64 chunks) written on a node that
 // has left (no holder) loaded by three readers at once makes at most one
 // S3 GET per chunk in all, the rest peer to peer; after `dnnfs warmup`,
 // reads make no S3 request; objects of another bucket, attached, read on
 // two nodes at once with one GET per chunk, and are read-only.
 func TestS3Tier(t *testing.T) {
 	e := newEnv(t)
+	e.pool = "1400MiB" // the 1 GiB file, above the default 10% cache watermark
 	w := e.mount(t, "w", "127.0.0.4")
-	data := randomBytes(256<<20, 8)
+	data := randomBytes(1<<30, 8)
+	sum := sha256.Sum256(data)
 	writeFile(t, w.Path("big.bin"), data)
 	w.Unmount(t) // its holder records go with it
 	var nodes []*harness.FS
@@ -930,12 +937,20 @@ func TestS3Tier(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := os.ReadFile(n.Path("big.bin"))
+			// Hashed as read: three 1 GiB copies need not be in memory.
+			f, err := os.Open(n.Path("big.bin"))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer f.Close()
+			h := sha256.New()
+			k, err := io.CopyBuffer(h, f, make([]byte, 1<<20))
 			switch {
 			case err != nil:
 				errs[i] = err
-			case !bytes.Equal(got, data):
-				errs[i] = fmt.Errorf("%s: content differs", n.Mnt)
+			case k != int64(len(data)) || !bytes.Equal(h.Sum(nil), sum[:]):
+				errs[i] = fmt.Errorf("%s: %d bytes, content differs", n.Mnt, k)
 			}
 		}()
 	}
@@ -1082,7 +1097,7 @@ func checkClusterMetrics(t *testing.T, f *harness.FS) {
 		moved += w.v
 	}
 	if moved == 0 {
-		t.Errorf("every cluster counter of %s is 0 after it read a 256 MiB file", f.Mnt)
+		t.Errorf("every cluster counter of %s is 0 after it read the big file", f.Mnt)
 	}
 	dash, err := os.ReadFile("../../docs/grafana-dnnfs.json")
 	if err != nil {
