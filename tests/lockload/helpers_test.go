@@ -241,6 +241,20 @@ func locks(t *testing.T, path string) dfs.LocksJSON {
 	return j
 }
 
+// drained reads path's locks until its queues are empty, for up to 5 s: a
+// read's lock is released when go-fuse calls its reply's Done, just after
+// the reply reached the reader, so a reader may have exited a moment
+// before. A lock that is never released is still there after.
+func drained(t *testing.T, path string) dfs.LocksJSON {
+	t.Helper()
+	st := locks(t, path)
+	for deadline := time.Now().Add(5 * time.Second); (len(st.Run) != 0 || len(st.Wait) != 0) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		st = locks(t, path)
+	}
+	return st
+}
+
 // waitFor polls cond (hang-bounded).
 func waitFor(t *testing.T, what string, cond func() bool, dump func() string) {
 	t.Helper()
