@@ -170,9 +170,14 @@ type computeSched struct {
 	readyMu sync.Mutex
 	ready   []completion // the ready queue: elements report here, the scheduler drains it
 
-	inline atomic.Uint64 // requests run on the loader (no elements)
-	wait   hist          // submit to an element's start
-	queued func()        // tests: called once a request is on an element's queue
+	inline atomic.Uint64 // requests run on the loader (no elements, or cheap)
+	// inlineRows: a request of at most this many rows (the small size
+	// class) is computed on the loader that read it, whose reduction
+	// costs less than a hand-off; it never waits in an element's queue
+	// behind a large reduction. 0: every request goes to an element.
+	inlineRows int
+	wait       hist   // submit to an element's start
+	queued     func() // tests: called once a request is on an element's queue
 }
 
 // newComputeSched starts a worker per element; ranks give the
@@ -225,7 +230,7 @@ func (s *computeSched) drainReadyLocked() {
 // outstanding work. Without elements the computation runs here, on the
 // calling loader, as before the compute stage.
 func (s *computeSched) submit(r *computeRequest) {
-	if s == nil || len(s.els) == 0 {
+	if s == nil || len(s.els) == 0 || s.inlineRows > 0 && len(r.req.Indices) <= s.inlineRows {
 		s.inlineRun(r)
 		return
 	}

@@ -128,6 +128,10 @@ func TestLookupOnElementsMatchesLoader(t *testing.T) {
 	}
 	elems := tt.tier.compute
 	defer func() { tt.tier.compute = elems }() // closed with the tier
+	if elems.inlineRows != DefaultSched.Small {
+		t.Fatalf("the tier computes lookups of up to %d rows on the loader, want the small class's %d", elems.inlineRows, DefaultSched.Small)
+	}
+	elems.inlineRows = 0 // these lookups are small: on the elements all the same
 	for _, dtype := range []uint8{format.DtypeF32, format.DtypeF16, format.DtypeBF16} {
 		rows := uint64(2000)
 		tb, _ := tt.table(fmt.Sprintf("t%d", dtype), rows, 24, dtype, rng)
@@ -442,5 +446,38 @@ func BenchmarkReduce(b *testing.B) {
 				b.ReportMetric(float64(len(r.req.Indices))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 			})
 		}
+	}
+}
+
+// TestSmallLookupsOnTheLoader: a lookup of the small size class is computed
+// on the loader that read it even with elements idle (a hand-off costs more
+// than its reduction, and it must not wait behind a large one); a larger
+// one goes to an element.
+func TestSmallLookupsOnTheLoader(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	tt := newTestTier(t, []Model{{}, {}}, DefaultSched)
+	cs := tt.tier.compute
+	tb, _ := tt.table("t", 4000, 16, format.DtypeF32, rng)
+	lookup := func(rows int) {
+		idx := make([]int64, rows)
+		for i := range idx {
+			idx[i] = int64(rng.IntN(4000))
+		}
+		lookupSync(t, tb, encode(uint64(rows), modeSum, format.DtypeF32, idx, []int64{0}, nil))
+	}
+	elementRuns := func() (n uint64) {
+		for _, e := range tt.tier.Status().Compute.Elements {
+			n += e.Completions
+		}
+		return n
+	}
+	inline0, runs0 := cs.inline.Load(), elementRuns()
+	lookup(DefaultSched.Small)
+	if cs.inline.Load() != inline0+1 || elementRuns() != runs0 {
+		t.Fatalf("a lookup of %d rows: on the loader %d -> %d, on elements %d -> %d; want it on the loader", DefaultSched.Small, inline0, cs.inline.Load(), runs0, elementRuns())
+	}
+	lookup(DefaultSched.Small + 1)
+	if cs.inline.Load() != inline0+1 || elementRuns() != runs0+1 {
+		t.Fatalf("a lookup of %d rows: on the loader %d -> %d, on elements %d -> %d; want it on an element", DefaultSched.Small+1, inline0, cs.inline.Load(), runs0, elementRuns())
 	}
 }

@@ -247,6 +247,7 @@ func (t *Tier) Start() error {
 	}
 	t.pending = nil
 	t.compute = newComputeSched(cpuElements(t.nCPU)) // none: on the loaders, counted
+	t.compute.inlineRows = t.sched.cfg.Small
 	for _, d := range t.att {
 		d.start()
 	}
