@@ -1083,21 +1083,26 @@ func (n *Node) readFileChunk(f *file, ref objstore.ChunkRef, off, length int64) 
 	if size <= 0 {
 		return nil, 0, 0, false
 	}
-	if !haveCRC {
-		whole := make([]byte, size)
-		if k, err := n.p.ReadAt(f.in, whole, start); err != nil || int64(k) != size {
-			return nil, 0, 0, false
-		}
-		crc = objstore.Checksum(whole)
-	}
 	off = min(max(off, 0), size)
 	end := size
 	if length >= 0 {
 		end = min(off+length, size)
 	}
-	b := make([]byte, end-off)
-	if k, err := n.p.ReadAt(f.in, b, start+off); err != nil || k != len(b) {
-		return nil, 0, 0, false
+	var b []byte
+	if !haveCRC {
+		// The checksum needs the whole chunk: the range is served from
+		// that copy rather than read a second time.
+		whole := make([]byte, size)
+		if k, err := n.p.ReadAt(f.in, whole, start); err != nil || int64(k) != size {
+			return nil, 0, 0, false
+		}
+		crc = objstore.Checksum(whole)
+		b = whole[off:end]
+	} else {
+		b = make([]byte, end-off)
+		if k, err := n.p.ReadAt(f.in, b, start+off); err != nil || k != len(b) {
+			return nil, 0, 0, false
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
