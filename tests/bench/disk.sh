@@ -13,7 +13,9 @@
 #      disk and pool on /dev/shm (and the disk file system natively, for
 #      reference);
 #   d. random 4 KiB writes over a written file: dnnfs (pool on /dev/shm) vs
-#      go-fuse's loopback example over tmpfs (as `make bench` runs it);
+#      go-fuse's loopback example over tmpfs (as `make bench` runs it: as
+#      root it uses FUSE passthrough, so its writes bypass its daemon) and
+#      vs the same loopback with passthrough off (tests/bench/loopplain);
 #   e. pool on /dev/shm vs a tmpfs of our own: the writes of (a), and a cold
 #      read (dnnfs: after a remount; tmpfs has no colder state than its
 #      page cache, which is its storage: read again, as core.sh does).
@@ -57,10 +59,12 @@ fi
 FG=$("$BIN" mount --help 2>&1 | grep -q -- --foreground && echo -f)
 go build -o $W/bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
 LOOP=$W/bin/loopback
+go build -o $W/bin/loopplain ./tests/bench/loopplain
+PLAIN=$W/bin/loopplain
 FSTYPE=$(findmnt -no FSTYPE -T "$D" | tail -1) # the last: the visible one of stacked mounts
 
 # mountfs SYS: SYS is disk or shm (a fresh dnnfs pool there) or loopback
-# (over $W/tmpfs/lsrc); sets MNT to where the files go.
+# or loopplain (over $W/tmpfs/lsrc); sets MNT to where the files go.
 mountfs() {
   case $1 in
     disk | shm)
@@ -69,9 +73,9 @@ mountfs() {
       $BIN mkfs --pool $pool --size $((SIZE * 2 + 1024))MiB >/dev/null
       $BIN mount $FG --pool $pool $W/mnt --log-level warn 2>>$W/daemon.log &
       ;;
-    loopback)
+    loopback | loopplain)
       rm -rf $W/tmpfs/lsrc; mkdir $W/tmpfs/lsrc
-      $LOOP -q -directmount $W/mnt $W/tmpfs/lsrc 2>>$W/daemon.log &
+      $([ $1 = loopback ] && echo $LOOP || echo $PLAIN) -q -directmount $W/mnt $W/tmpfs/lsrc 2>>$W/daemon.log &
       ;;
   esac
   DPID=$! MNT=$W/mnt
@@ -186,8 +190,10 @@ for run in $(seq $RUNS); do
   echo "run $run/$RUNS: d (random 4 KiB writes vs loopback)" >&2
   for jobs in 1 4; do
     mountfs loopback; randwrite $MNT $jobs; put rw-loop,$jobs $IOPS; umountfs
+    mountfs loopplain; randwrite $MNT $jobs; put rw-plain,$jobs $IOPS; umountfs
     mountfs shm; randwrite $MNT $jobs; put rw-shm,$jobs $IOPS; umountfs
     ratio rw,$jobs $(echo ${V[rw-shm,$jobs]} | awk '{print $NF}') $(echo ${V[rw-loop,$jobs]} | awk '{print $NF}')
+    ratio rwp,$jobs $(echo ${V[rw-shm,$jobs]} | awk '{print $NF}') $(echo ${V[rw-plain,$jobs]} | awk '{print $NF}')
   done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -209,8 +215,8 @@ printf "%-44s %12s %12s\n" "writes/s over $RT s" append overwrite
 for sys in disk shm nat; do for bs in 4 4k; do
   printf "%-44s %12.0f %12.0f\n" "$(case $sys in disk) echo "disk pool";; shm) echo "shm pool";; nat) echo "$FSTYPE natively";; esac), $(bsname $bs)" $(m app,$sys,$bs) $(m ow,$sys,$bs)
 done; done
-printf "%-44s %12s %12s\n" "IOPS over $RT s" dnnfs loopback
-for jobs in 1 4; do printf "%-44s %12.0f %12.0f\n" "random 4 KiB writes, $jobs job(s), shm pool" $(m rw-shm,$jobs) $(m rw-loop,$jobs); done
+printf "%-44s %12s %12s %12s\n" "IOPS over $RT s" dnnfs loopback loopplain
+for jobs in 1 4; do printf "%-44s %12.0f %12.0f %12.0f\n" "random 4 KiB writes, $jobs job(s), shm pool" $(m rw-shm,$jobs) $(m rw-loop,$jobs) $(m rw-plain,$jobs); done
 
 echo
 echo "## goals of issue #14 (ratio: median of per-run ratios$([ $RUNS -gt 1 ] && echo ', min..max'))"
@@ -230,7 +236,8 @@ done; done
 for jobs in 1 4; do for prep in truncate fallocate; do
   row "shm pool / tmpfs, cold read, $jobs job(s), ${prep}d file" shmr,$jobs,$prep 0.8
 done; done
-for jobs in 1 4; do row "random 4 KiB writes / go-fuse loopback, $jobs job(s)" rw,$jobs 1.2; done
+for jobs in 1 4; do row "random 4 KiB writes / go-fuse loopback (passthrough), $jobs job(s)" rw,$jobs 1.2; done
+for jobs in 1 4; do row "random 4 KiB writes / loopback, no passthrough, $jobs job(s)" rwp,$jobs 1.2; done
 for sys in disk shm; do for bs in 4 4k; do
   row "append / overwrite, $(bsname $bs), $sys pool" app,$sys,$bs 0.8
 done; done

@@ -104,7 +104,7 @@ func main() {
 	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
-	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
+	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,loopback-plain,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
 	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
 	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloatOr("CLUSTER_S3_MIBPS", 200), "cluster phase: after the rounds with S3 read directly (at memory speed on this machine), run them once more, in the first run, with S3 behind a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: no paced rounds)")
 	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
@@ -146,20 +146,21 @@ func findRepo() (string, error) {
 // Bench is one benchmark run: its parameters, scratch space, systems and
 // the measurements so far.
 type Bench struct {
-	o       options
-	p       params
-	repo    string
-	out     string
-	w       string // scratch directory
-	tmpfs   string // our tmpfs mount: native/ and loopback source live here
-	poolfs  string // our tmpfs mount for the shm systems' pools (huge=o.poolHuge)
-	diskW   string // scratch directory on the disk (disk systems), or ""
-	binDir  string
-	dnnfs   string // daemon binary
-	loop    string // loopback binary
-	logs    string
-	started time.Time
-	machine machineInfo
+	o         options
+	p         params
+	repo      string
+	out       string
+	w         string // scratch directory
+	tmpfs     string // our tmpfs mount: native/ and loopback source live here
+	poolfs    string // our tmpfs mount for the shm systems' pools (huge=o.poolHuge)
+	diskW     string // scratch directory on the disk (disk systems), or ""
+	binDir    string
+	dnnfs     string // daemon binary
+	loop      string // loopback binary
+	loopPlain string // loopplain binary (loopback without passthrough)
+	logs      string
+	started   time.Time
+	machine   machineInfo
 
 	mu       sync.Mutex
 	meas     []Measurement
@@ -264,12 +265,16 @@ func (b *Bench) setup(ctx context.Context) error {
 	}
 	b.dnnfs = filepath.Join(b.binDir, "dnnfs")
 	b.loop = filepath.Join(b.binDir, "loopback")
+	b.loopPlain = filepath.Join(b.binDir, "loopplain")
 	b.logf("building %s and the go-fuse loopback example", "cmd/dnnfs")
 	if err := b.cmd(ctx, "go", "build", "-o", b.dnnfs, "./cmd/dnnfs"); err != nil {
 		return fmt.Errorf("building dnnfs: %w", err)
 	}
 	if err := b.cmd(ctx, "go", "build", "-o", b.loop, "github.com/hanwen/go-fuse/v2/example/loopback"); err != nil {
 		return fmt.Errorf("building the go-fuse loopback example: %w", err)
+	}
+	if err := b.cmd(ctx, "go", "build", "-o", b.loopPlain, "./tests/bench/loopplain"); err != nil {
+		return fmt.Errorf("building loopplain: %w", err)
 	}
 	size := b.p.tmpfsSize()
 	if err := b.cmd(ctx, "mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0755", size>>20), "dnnfs-bench", b.tmpfs); err != nil {
@@ -398,11 +403,18 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 				if s.onDisk() && ph != "fresh" && ph != "append" {
 					continue // the disk systems are there for issue #14's workloads only
 				}
+				if s.Name == "loopback-plain" && ph != "fio" {
+					continue // a FUSE data-path peer: plainConfigs only
+				}
 				b.logf("run %d/%d: %s on %s", run+1, b.p.Runs, ph, s.Name)
 				var err error
 				switch ph {
 				case "fio":
-					err = b.runMatrix(ctx, s, run, nil)
+					var only map[string]bool
+					if s.Name == "loopback-plain" {
+						only = plainConfigs()
+					}
+					err = b.runMatrix(ctx, s, run, only)
 				case "personality":
 					err = b.runPersonalities(ctx, s, run, nil)
 				case "checkpoint":
@@ -452,6 +464,8 @@ func countSystems(names []string) systemCount {
 		case "":
 		case "disk", "dnnfs-disk":
 			sc.disk++
+		case "loopback-plain":
+			sc.plain++
 		default:
 			sc.mem++
 		}

@@ -166,7 +166,7 @@ func poolSize(data int64) int64 {
 
 // systemCount is how many systems of each sort a run measures: the disk
 // systems run only the fresh and append phases, the others every phase.
-type systemCount struct{ mem, disk int }
+type systemCount struct{ mem, disk, plain int } // plain: loopback-plain, plainConfigs only
 
 func (sc systemCount) of(phase string) int {
 	if phase == "fresh" || phase == "append" {
@@ -183,6 +183,7 @@ func (p params) count(sc systemCount, phases []string) int {
 		switch ph {
 		case "fio":
 			n += len(p.Groups) * len(p.Blocks) * 2 * 3 // writes: seq+rand; reads: seq+rand, cold+warm
+			total += len(plainConfigs()) * sc.plain
 		case "personality":
 			n += len(p.Personalities) * len(p.Threads)
 		case "checkpoint":
@@ -249,6 +250,9 @@ func (p params) estimate(sc systemCount, phases []string) time.Duration {
 			total += time.Duration(moved)*gib(p.ClusterBytes)*10/3 + 11*4*remount + 5*time.Second
 		}
 		total += per * time.Duration(sc.of(ph))
+		if ph == "fio" { // loopback-plain: its few configurations, a written file each
+			total += time.Duration(sc.plain*len(plainConfigs())) * (proc + remount + p.fioTime + gib(p.MatrixBytes))
+		}
 	}
 	return total * time.Duration(p.Runs)
 }

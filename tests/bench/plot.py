@@ -14,19 +14,30 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-SYSTEMS = ["tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"]
+SYSTEMS = ["tmpfs", "loopback", "loopback-plain", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"]
 # Series must be told apart in grey print too: besides the colour each has
 # its own marker, line style and bar hatching, and the colours differ in
 # lightness.
 STYLE = {
     "tmpfs": dict(color="#222222", marker="s", linestyle="-", label="tmpfs"),
     "loopback": dict(color="#6baed6", marker="^", linestyle=":", label="go-fuse loopback"),
+    "loopback-plain": dict(color="#08519c", marker="<", linestyle=(0, (1, 1)), label="go-fuse loopback, no passthrough"),
     "dnnfs-range": dict(color="#d62728", marker="o", linestyle="-", label="dnnfs --lock=range"),
     "dnnfs-file": dict(color="#fdae6b", marker="D", linestyle="--", label="dnnfs --lock=file"),
     "disk": dict(color="#636363", marker="v", linestyle="-.", label="disk fs (native)"),
     "dnnfs-disk": dict(color="#7f2704", marker="P", linestyle=(0, (5, 1, 1, 1)), label="dnnfs, pool on disk"),
 }
-HATCH = {"tmpfs": "", "loopback": "..", "dnnfs-range": "//", "dnnfs-file": "xx", "disk": "--", "dnnfs-disk": "\\\\"}
+HATCH = {"tmpfs": "", "loopback": "..", "loopback-plain": "oo", "dnnfs-range": "//", "dnnfs-file": "xx", "disk": "--", "dnnfs-disk": "\\\\"}
+
+
+def legend_all(axes):
+    """One legend in the first panel naming every series of any panel (a
+    peer measured in only some panels, such as loopback-plain, too)."""
+    seen = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    axes.flat[0].legend(list(seen.values()), list(seen.keys()), fontsize=8)
 
 
 def yscale(ax, values):
@@ -135,7 +146,7 @@ def main():
             ax.set_xticks(shared_jobs)
             yscale(ax, ys)
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
+        legend_all(axes)
         fig.suptitle("fio, %s blocks: scaling with jobs" % size_name(bs))
         finish(fig, "fio-jobs-%s.png" % size_name(bs).replace(" ", ""), (0, 0.02, 1, 0.97))
     # Per block size, at the most jobs.
@@ -156,7 +167,7 @@ def main():
             ax.set_ylabel("MiB/s")
             yscale(ax, ys)
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
+        legend_all(axes)
         fig.suptitle("fio, %d jobs: per block size" % j)
         finish(fig, "fio-blocks-j%d.png" % j, (0, 0.02, 1, 0.97))
 
@@ -179,7 +190,7 @@ def main():
             ax.set_xticks(threads)
             yscale(ax, ys)
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
+        legend_all(axes)
         fig.suptitle("Filebench-like personalities (fio)")
         finish(fig, "personalities.png", (0, 0.03, 1, 0.95))
 

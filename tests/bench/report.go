@@ -13,15 +13,16 @@ import (
 	"time"
 )
 
-var systemOrder = []string{"tmpfs", "loopback", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"}
+var systemOrder = []string{"tmpfs", "loopback", "loopback-plain", "dnnfs-range", "dnnfs-file", "disk", "dnnfs-disk"}
 
 var systemTitle = map[string]string{
-	"tmpfs":       "tmpfs",
-	"loopback":    "loopback",
-	"dnnfs-range": "dnnfs range",
-	"dnnfs-file":  "dnnfs file",
-	"disk":        "disk fs",
-	"dnnfs-disk":  "dnnfs disk pool",
+	"tmpfs":          "tmpfs",
+	"loopback":       "loopback",
+	"loopback-plain": "loopback, no passthrough",
+	"dnnfs-range":    "dnnfs range",
+	"dnnfs-file":     "dnnfs file",
+	"disk":           "disk fs",
+	"dnnfs-disk":     "dnnfs disk pool",
 }
 
 // ratio columns of every table: system/peer.
@@ -301,7 +302,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 
 	pr("## How to reproduce\n\n")
 	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # section 5b's rounds with S3 paced to 100 MiB/s (default 200; 0: none)\n```\n\n", fullNote)
-	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs` and go-fuse's `example/loopback` from the module cache, makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
+	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs`, go-fuse's `example/loopback` from the module cache and `tests/bench/loopplain` (the same loopback with FUSE passthrough off; it runs only the random 4 KiB writes, 1 MiB writes and cold reads), makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
 	pr("Go micro-benchmarks of the hot paths (named for benchstat):\n\n```sh\nTMPDIR=/dev/shm go test -run '^$' -bench . -count 10 ./pmem ./lock ./journal ./core > new.txt\nbenchstat old.txt new.txt\n```\n\n")
 
 	pr("## Method\n\n")
@@ -323,6 +324,9 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 		}
 	} else if m.FusePassthrough == "y" && has("loopback") {
 		pr("- The kernel has FUSE passthrough (CONFIG_FUSE_PASSTHROUGH=y): go-fuse's loopback, run as root, hands each opened file to the kernel (FOPEN_PASSTHROUGH), and on this machine its reads then bypass its daemon (its writes did not), so loopback's read numbers are close to tmpfs and measure the kernel rather than a FUSE daemon. dnnfs serves every read and write in its daemon (FUSE direct I/O from the pool mapping).\n")
+	}
+	if has("loopback-plain") {
+		pr("- **loopback, no passthrough** is the same go-fuse loopback with FUSE passthrough turned off (`tests/bench/loopplain`: its files answer no to go-fuse's passthrough question), so its reads and writes reach its daemon as dnnfs's do: the FUSE-daemon peer for the data path. It runs only the random 4 KiB writes, the 1 MiB writes and the cold 1 MiB reads.\n")
 	}
 	pr("- Every configuration runs on every system once per run; a run goes workload by workload, each system in turn (the order rotates from run to run). Values are the **median** over the runs; **±** is half the min–max range, relative to the median. **Ratios** are computed pair by pair within a run (dnnfs's value divided by the peer's value from the same run) and the median of those is shown.\n")
 	pr("- fio: `ioengine=psync`, jobs are threads (`--thread`), `--invalidate=0`, `--group_reporting`; MiB/s = fio's `bw_bytes` / 2^20, summed over the jobs. Each configuration moves %s in all: with the **shared** layout the jobs split one file into contiguous segments (`--offset_increment`), the parameter-file pattern; with **perjob** each job has its own file of %s/jobs (the control; with 1 job the two layouts are the same, so it is not repeated).\n", sizeName(p.MatrixBytes), sizeName(p.MatrixBytes))
@@ -479,6 +483,10 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	for _, s := range systems {
 		switch s.kind {
 		case "loopback":
+			if s.Name == "loopback-plain" {
+				pr("bin/loopplain -q -directmount $W/mnt/loopback-plain $W/tmpfs/loopback-plain-src   # go build -o bin/loopplain ./tests/bench/loopplain\n")
+				break
+			}
 			pr("bin/loopback -q -directmount $W/mnt/loopback $W/tmpfs/loopback-src   # go build -o bin/loopback github.com/hanwen/go-fuse/v2/example/loopback\n")
 		case "dnnfs":
 			pool := "$W/pools/pool-" + s.lock

@@ -23,6 +23,7 @@ type System struct {
 
 	dir  string // where the workload's files go (mountpoint, or a tmpfs dir)
 	src  string // loopback: the tmpfs directory it mirrors
+	bin  string // loopback: the daemon (the example, or loopplain)
 	pool string // dnnfs: pool file
 
 	extra []string // dnnfs: more mount arguments (the cluster phase's nodes)
@@ -46,6 +47,15 @@ func newSystem(b *Bench, name string) *System {
 		s.Desc = "go-fuse v2 example/loopback over the same tmpfs"
 		s.src = filepath.Join(b.tmpfs, "loopback-src")
 		s.dir = filepath.Join(b.w, "mnt", "loopback")
+		s.bin = b.loop
+	case "loopback-plain":
+		// The same loopback without FUSE passthrough: its reads and
+		// writes reach its daemon, as dnnfs's do (tests/bench/loopplain).
+		s.kind = "loopback"
+		s.Desc = "go-fuse v2 example/loopback with FUSE passthrough off (tests/bench/loopplain) over the same tmpfs"
+		s.src = filepath.Join(b.tmpfs, "loopback-plain-src")
+		s.dir = filepath.Join(b.w, "mnt", "loopback-plain")
+		s.bin = b.loopPlain
 	case "disk":
 		s.kind = "disk"
 		s.Desc = "the disk's file system (" + b.machine.DiskFS + ") natively, in a directory under " + b.o.diskDir
@@ -73,6 +83,20 @@ func (s *System) fuse() bool { return s.kind != "tmpfs" && s.kind != "disk" }
 
 // onDisk: the system keeps its data on the disk (issue #14's peers).
 func (s *System) onDisk() bool { return s.Name == "disk" || s.Name == "dnnfs-disk" }
+
+// plainConfigs are the fio configurations loopback-plain runs: the ones
+// where a FUSE daemon's own data path is what is compared (issue #14's
+// random 4 KiB goal; 1 MiB writes and cold reads for reference).
+func plainConfigs() map[string]bool {
+	m := map[string]bool{}
+	for _, jobs := range []int{1, 4} {
+		g := group{"shared", jobs}
+		m[fioConfig(g, 4*KiB, "randwrite", "").ID] = true
+		m[fioConfig(g, MiB, "write", "").ID] = true
+		m[fioConfig(g, MiB, "read", "cold").ID] = true
+	}
+	return m
+}
 
 // Start gives the system an empty file system able to hold data bytes,
 // mounted.
@@ -102,7 +126,7 @@ func (s *System) Start(ctx context.Context, data int64) error {
 		}
 		return s.mount(ctx, "")
 	}
-	return fmt.Errorf("unknown system %q (want tmpfs, loopback, dnnfs-range, dnnfs-file, disk, dnnfs-disk)", s.Name)
+	return fmt.Errorf("unknown system %q (want tmpfs, loopback, loopback-plain, dnnfs-range, dnnfs-file, disk, dnnfs-disk)", s.Name)
 }
 
 // Stop unmounts and frees the system's data.
@@ -138,7 +162,7 @@ func (s *System) mount(ctx context.Context, profile string) error {
 	var args []string
 	switch s.kind {
 	case "loopback":
-		args = []string{s.b.loop, "-q", "-directmount", s.dir, s.src}
+		args = []string{s.bin, "-q", "-directmount", s.dir, s.src}
 	case "dnnfs":
 		args = []string{s.b.dnnfs, "mount", "-f", "--pool", s.pool, s.dir, "--lock", s.lock, "--log-level", "warn"}
 		if profile != "" {
