@@ -3,7 +3,9 @@ package embedding
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -68,8 +70,11 @@ type computeRequest struct {
 	dim   int
 	rb    int
 	uniq  []int64 // the distinct indices, sorted
+	at    []int32 // per index, its row's place in uniq and rows (nil: found by binary search)
 	rows  []byte  // len(uniq) rows
 	done  func(result []byte)
+	// release, if set, recycles rows once the result is computed.
+	release func()
 
 	placed *computeElement // the element whose queue holds or held it
 	enq    time.Time
@@ -283,7 +288,11 @@ func (s *computeSched) inlineRun(r *computeRequest) {
 	if s != nil {
 		s.inline.Add(1)
 	}
-	r.done(reduceRef(r))
+	res := reduceFast(r)
+	if r.release != nil {
+		r.release()
+	}
+	r.done(res)
 }
 
 // take is an element's next request: the head of its own queue, else the
@@ -337,6 +346,9 @@ func (s *computeSched) worker(e *computeElement) {
 		start := time.Now()
 		s.wait.add(start.Sub(r.enq))
 		res := e.el.run(r)
+		if r.release != nil {
+			r.release()
+		}
 		e.busyNs.Add(int64(time.Since(start)))
 		e.runs.Add(1)
 		s.readyMu.Lock()
@@ -399,6 +411,51 @@ func (s *computeSched) status() ComputeStatus {
 	return cs
 }
 
+// dedup returns the distinct indices, sorted, and for each index the place
+// of its row among them: one sort of (index, place) keys and one pass,
+// instead of a binary search per index when the rows are reduced. Indices
+// are below rows (the request was checked).
+func dedup(indices []int64, rows uint64) (uniq []int64, at []int32) {
+	at = make([]int32, len(indices))
+	b := bits.Len(uint(len(indices)))
+	if bits.Len64(rows)+b > 64 { // the keys do not fit: sort, then search
+		uniq = slices.Clone(indices)
+		slices.Sort(uniq)
+		uniq = slices.Compact(uniq)
+		for k, idx := range indices {
+			u, _ := slices.BinarySearch(uniq, idx)
+			at[k] = int32(u)
+		}
+		return uniq, at
+	}
+	keys := make([]uint64, len(indices))
+	for k, idx := range indices {
+		keys[k] = uint64(idx)<<b | uint64(k)
+	}
+	slices.Sort(keys)
+	mask := uint64(1)<<b - 1
+	uniq = make([]int64, 0, len(indices))
+	for _, key := range keys {
+		idx := int64(key >> b)
+		if len(uniq) == 0 || uniq[len(uniq)-1] != idx {
+			uniq = append(uniq, idx)
+		}
+		at[key&mask] = int32(len(uniq) - 1)
+	}
+	return uniq, at
+}
+
+// positions is at, computed by binary search if the request came without.
+func (r *computeRequest) positions() []int32 {
+	if r.at == nil {
+		r.at = make([]int32, len(r.req.Indices))
+		for k, idx := range r.req.Indices {
+			r.at[k] = int32(r.pos(idx))
+		}
+	}
+	return r.at
+}
+
 // pos is where idx is in the sorted distinct indices.
 func (r *computeRequest) pos(idx int64) int {
 	return sort.Search(len(r.uniq), func(i int) bool { return r.uniq[i] >= idx })
@@ -414,17 +471,19 @@ func (r *computeRequest) bag(b int) (int64, int64) {
 
 func (r *computeRequest) gather() []byte {
 	rb := r.rb
-	out := make([]byte, len(r.req.Indices)*rb)
-	for i, idx := range r.req.Indices {
-		u := r.pos(idx)
-		copy(out[i*rb:], r.rows[u*rb:(u+1)*rb])
+	n := len(r.req.Indices)
+	out := make([]byte, wire.ResultHeaderSize+n*rb)
+	payload := out[wire.ResultHeaderSize:]
+	for i, u := range r.positions() {
+		copy(payload[i*rb:(i+1)*rb], r.rows[int(u)*rb:(int(u)+1)*rb])
 	}
-	return wire.EncodeResult(r.tag, 0, len(r.req.Indices), wire.Dtype(r.dtype), out)
+	wire.PutResultHeader(out, r.tag, 0, n, wire.Dtype(r.dtype))
+	return out
 }
 
 // reduceRef is the computation as the loaders ran it before the compute
-// stage (accumulate per value): --compute-elements 0 runs it, and the
-// tests hold the elements' kernels to its bytes.
+// stage (a binary search per index, accumulate per value): the tests hold
+// the kernel, which now runs on the loaders too, to its bytes.
 func reduceRef(r *computeRequest) []byte {
 	if r.req.Mode == wire.Gather {
 		return r.gather()
@@ -475,11 +534,13 @@ func accumulate(acc []float32, row []byte, dtype uint8, w float32) {
 	}
 }
 
-// reduceFast is the CPU elements' kernel: the same operations in the same
-// order per output value as reduceRef (so the same bytes), with the inner
-// loops unrolled by eight and f16 widened through a table. Go has no SIMD
-// intrinsics; the unrolled, bounds-check-free loops are what the compiler
-// schedules best.
+// reduceFast is the CPU kernel, on the elements and on the loaders: the
+// same operations in the same order per output value as reduceRef (so the
+// same bytes), but a bag is pooled eight output values at a time with
+// the eight sums in registers across all its rows (no load and store of
+// the accumulator per row), each row found by its precomputed place, and
+// f16 widened through a table. Go has no SIMD intrinsics; the unrolled,
+// bounds-check-free loops are what the compiler schedules best.
 func reduceFast(r *computeRequest) []byte {
 	if r.req.Mode == wire.Gather {
 		return r.gather()
@@ -489,28 +550,24 @@ func reduceFast(r *computeRequest) []byte {
 	out := make([]byte, wire.ResultHeaderSize+nb*dim*4)
 	payload := out[wire.ResultHeaderSize:]
 	acc := make([]float32, dim)
+	at := r.positions()
 	var f16 *[1 << 16]float32
 	if r.dtype == format.DtypeF16 {
 		f16 = f16Table()
 	}
 	for bag := 0; bag < nb; bag++ {
 		a, b := r.bag(bag)
-		clear(acc)
-		for k := a; k < b; k++ {
-			u := r.pos(r.req.Indices[k])
-			w := float32(1)
-			if r.req.Weights != nil {
-				w = r.req.Weights[k]
-			}
-			row := r.rows[u*r.rb : (u+1)*r.rb]
-			switch r.dtype {
-			case format.DtypeF32:
-				addF32(acc, row, w)
-			case format.DtypeF16:
-				addF16(acc, row, w, f16)
-			case format.DtypeBF16:
-				addBF16(acc, row, w)
-			}
+		var ws []float32
+		if r.req.Weights != nil {
+			ws = r.req.Weights[a:b]
+		}
+		switch r.dtype {
+		case format.DtypeF32:
+			poolF32(acc, r.rows, r.rb, at[a:b], ws)
+		case format.DtypeF16:
+			poolF16(acc, r.rows, r.rb, at[a:b], ws, f16)
+		case format.DtypeBF16:
+			poolBF16(acc, r.rows, r.rb, at[a:b], ws)
 		}
 		if r.req.Mode == wire.Mean && b > a {
 			inv := 1 / float32(b-a)
@@ -527,67 +584,128 @@ func reduceFast(r *computeRequest) []byte {
 	return out
 }
 
-func addF32(acc []float32, row []byte, w float32) {
+// poolF32 sets acc to the weighted sum (ws nil: weights 1) of the f32 rows
+// at places at, each value summed in row order from zero as reduceRef does.
+func poolF32(acc []float32, rows []byte, rb int, at []int32, ws []float32) {
 	n := len(acc)
-	row = row[:4*n]
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 4*i
+			s := rows[o : o+32 : o+32]
+			a0 += w * math.Float32frombits(le.Uint32(s[0:]))
+			a1 += w * math.Float32frombits(le.Uint32(s[4:]))
+			a2 += w * math.Float32frombits(le.Uint32(s[8:]))
+			a3 += w * math.Float32frombits(le.Uint32(s[12:]))
+			a4 += w * math.Float32frombits(le.Uint32(s[16:]))
+			a5 += w * math.Float32frombits(le.Uint32(s[20:]))
+			a6 += w * math.Float32frombits(le.Uint32(s[24:]))
+			a7 += w * math.Float32frombits(le.Uint32(s[28:]))
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[4*i : 4*i+32 : 4*i+32]
-		a[0] += w * math.Float32frombits(le.Uint32(s[0:]))
-		a[1] += w * math.Float32frombits(le.Uint32(s[4:]))
-		a[2] += w * math.Float32frombits(le.Uint32(s[8:]))
-		a[3] += w * math.Float32frombits(le.Uint32(s[12:]))
-		a[4] += w * math.Float32frombits(le.Uint32(s[16:]))
-		a[5] += w * math.Float32frombits(le.Uint32(s[20:]))
-		a[6] += w * math.Float32frombits(le.Uint32(s[24:]))
-		a[7] += w * math.Float32frombits(le.Uint32(s[28:]))
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * math.Float32frombits(le.Uint32(row[4*i:]))
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * math.Float32frombits(le.Uint32(rows[int(u)*rb+4*i:]))
+		}
+		acc[i] = v
 	}
 }
 
-func addF16(acc []float32, row []byte, w float32, tab *[1 << 16]float32) {
+// poolF16 is poolF32 for f16 rows, widened through tab.
+func poolF16(acc []float32, rows []byte, rb int, at []int32, ws []float32, tab *[1 << 16]float32) {
 	n := len(acc)
-	row = row[:2*n]
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 2*i
+			s := rows[o : o+16 : o+16]
+			a0 += w * tab[le.Uint16(s[0:])]
+			a1 += w * tab[le.Uint16(s[2:])]
+			a2 += w * tab[le.Uint16(s[4:])]
+			a3 += w * tab[le.Uint16(s[6:])]
+			a4 += w * tab[le.Uint16(s[8:])]
+			a5 += w * tab[le.Uint16(s[10:])]
+			a6 += w * tab[le.Uint16(s[12:])]
+			a7 += w * tab[le.Uint16(s[14:])]
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[2*i : 2*i+16 : 2*i+16]
-		a[0] += w * tab[le.Uint16(s[0:])]
-		a[1] += w * tab[le.Uint16(s[2:])]
-		a[2] += w * tab[le.Uint16(s[4:])]
-		a[3] += w * tab[le.Uint16(s[6:])]
-		a[4] += w * tab[le.Uint16(s[8:])]
-		a[5] += w * tab[le.Uint16(s[10:])]
-		a[6] += w * tab[le.Uint16(s[12:])]
-		a[7] += w * tab[le.Uint16(s[14:])]
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * tab[le.Uint16(row[2*i:])]
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * tab[le.Uint16(rows[int(u)*rb+2*i:])]
+		}
+		acc[i] = v
 	}
 }
 
-func addBF16(acc []float32, row []byte, w float32) {
+// poolBF16 is poolF32 for bf16 rows (the upper half of a float32).
+func poolBF16(acc []float32, rows []byte, rb int, at []int32, ws []float32) {
 	n := len(acc)
-	row = row[:2*n]
-	i := 0
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	bf := func(s []byte) float32 { return math.Float32frombits(uint32(le.Uint16(s)) << 16) }
+	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 2*i
+			s := rows[o : o+16 : o+16]
+			a0 += w * bf(s[0:])
+			a1 += w * bf(s[2:])
+			a2 += w * bf(s[4:])
+			a3 += w * bf(s[6:])
+			a4 += w * bf(s[8:])
+			a5 += w * bf(s[10:])
+			a6 += w * bf(s[12:])
+			a7 += w * bf(s[14:])
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[2*i : 2*i+16 : 2*i+16]
-		a[0] += w * bf(s[0:])
-		a[1] += w * bf(s[2:])
-		a[2] += w * bf(s[4:])
-		a[3] += w * bf(s[6:])
-		a[4] += w * bf(s[8:])
-		a[5] += w * bf(s[10:])
-		a[6] += w * bf(s[12:])
-		a[7] += w * bf(s[14:])
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * bf(row[2*i:])
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * bf(rows[int(u)*rb+2*i:])
+		}
+		acc[i] = v
 	}
 }
 

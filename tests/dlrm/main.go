@@ -101,6 +101,9 @@ func main() {
 // ---------------------------------------------------------------------
 // Mounts
 
+// mountSeq numbers the mounts for DLRM_MOUNT_ARGS's {n}.
+var mountSeq atomic.Int64
+
 type mount struct {
 	c    config
 	mnt  string
@@ -117,7 +120,10 @@ func (c config) mountWith(args ...string) (*mount, error) {
 		full[len(full)-1] = filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
 	}
 	if extra := os.Getenv("DLRM_MOUNT_ARGS"); extra != "" {
-		full = append(full, strings.Fields(extra)...) // e.g. --cpuprofile FILE
+		// e.g. --cpuprofile /tmp/cpu-{n}.prof: {n} is the mount's
+		// sequence number, so each mount keeps its own profile.
+		extra = strings.ReplaceAll(extra, "{n}", fmt.Sprint(mountSeq.Add(1)))
+		full = append(full, strings.Fields(extra)...)
 	}
 	m.args = full
 	return m, m.start()
