@@ -175,7 +175,8 @@ type computeSched struct {
 	readyMu sync.Mutex
 	ready   []completion // the ready queue: elements report here, the scheduler drains it
 
-	inline atomic.Uint64 // requests run on the loader (no elements, or cheap)
+	inline   atomic.Uint64 // requests run on the loader (no elements, or cheap)
+	inlineNs atomic.Int64  // the loaders' time computing them
 	// inlineRows: a request of at most this many rows (the small size
 	// class) is computed on the loader that read it, whose reduction
 	// costs less than a hand-off; it never waits in an element's queue
@@ -285,12 +286,14 @@ func (s *computeSched) submit(r *computeRequest) {
 }
 
 func (s *computeSched) inlineRun(r *computeRequest) {
-	if s != nil {
-		s.inline.Add(1)
-	}
+	start := time.Now()
 	res := reduceFast(r)
 	if r.release != nil {
 		r.release()
+	}
+	if s != nil {
+		s.inline.Add(1)
+		s.inlineNs.Add(int64(time.Since(start)))
 	}
 	r.done(res)
 }
@@ -392,14 +395,18 @@ type ElementStatus struct {
 type ComputeStatus struct {
 	Elements []ElementStatus `json:"elements"`
 	OnLoader uint64          `json:"on_loader"`
-	Wait     Latency         `json:"wait"`
+	// OnLoaderSeconds is the loaders' time computing them: time a loader
+	// did not read.
+	OnLoaderSeconds float64 `json:"on_loader_seconds"`
+	Wait            Latency `json:"wait"`
 }
 
 func (s *computeSched) status() ComputeStatus {
 	if s == nil {
 		return ComputeStatus{Elements: []ElementStatus{}}
 	}
-	cs := ComputeStatus{Elements: []ElementStatus{}, OnLoader: s.inline.Load(), Wait: s.wait.summary()}
+	cs := ComputeStatus{Elements: []ElementStatus{}, OnLoader: s.inline.Load(),
+		OnLoaderSeconds: float64(s.inlineNs.Load()) / 1e9, Wait: s.wait.summary()}
 	s.mu.Lock()
 	s.drainReadyLocked()
 	for _, e := range s.els {
