@@ -121,9 +121,14 @@ const ComputeAuto = -1
 // GOMAXPROCS minus one core for the FUSE server (request decoding and the
 // copies of results to the kernel) minus half a core per device for its
 // loaders (they mostly wait on the device, but copy rows out of the read
-// buffers), at least one.
+// buffers). None when no core is left: an element without a core of its
+// own only adds a hand-off, and as one goroutine among the loaders on
+// saturated cores it serialises every large lookup's reduction (2 cores, 2
+// devices, DLRM benchmark: 1 element gave 0.57-0.58x the loaders' pooled
+// rows/s when the machine was oversubscribed, never a gain above noise;
+// DESIGN.md §Compute stage).
 func DefaultComputeElements(devices int) int {
-	return max(1, runtime.GOMAXPROCS(0)-1-(devices+1)/2)
+	return max(0, runtime.GOMAXPROCS(0)-1-(devices+1)/2)
 }
 
 // ParseComputeElements reads --compute-elements: auto, or a count (0 runs
