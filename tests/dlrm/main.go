@@ -57,6 +57,7 @@ type config struct {
 	computeOnly    bool // fill, then only the compute-stage comparison
 	computeRounds  int
 	computeLoads   string // light,heavy
+	computeDevices string // native,model,nvme
 	nvmeModel      string // a faster device model for the heavy load ("" = none)
 }
 
@@ -75,6 +76,7 @@ func main() {
 	flag.BoolVar(&c.computeOnly, "compute-only", false, "fill, then run only the compute-stage comparison (reduction on the loaders vs on 1 and 2 compute elements)")
 	flag.IntVar(&c.computeRounds, "compute-rounds", 3, "interleaved rounds of the compute-stage comparison (medians are reported)")
 	flag.StringVar(&c.computeLoads, "compute-loads", "light,heavy", "loads of the compute-stage comparison: light (the workload above) and heavy (multi-hot: f16 tables, dim 128, weighted sums of ~40 rows)")
+	flag.StringVar(&c.computeDevices, "compute-devices", "native,model,nvme", "devices of the compute-stage comparison: native, model (-model), nvme (-nvme-model, heavy load only)")
 	flag.StringVar(&c.nvmeModel, "nvme-model", "bw=2GiB/s,lat=90us,channels=4,sector=512", "a faster device model the heavy load also runs under (empty: none)")
 	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -out without measuring")
 	flag.Parse()
@@ -1044,6 +1046,9 @@ func computePhase(c config, ts, hts []table, rep *report, logf func(string, ...a
 			rep.Config["nvme_model"] = c.nvmeModel
 		}
 		for _, dev := range devs {
+			if !strings.Contains(c.computeDevices, dev.name) {
+				continue
+			}
 			if err := computeRun(c, ld, rep, logf, dev.name, dev.model); err != nil {
 				return err
 			}
