@@ -78,6 +78,7 @@ type computeRequest struct {
 
 	placed *computeElement // the element whose queue holds or held it
 	enq    time.Time
+	class  int // size class of its rows (the scheduler's): which of an element's queues
 }
 
 // opsFor is what a lookup of mode over dtype rows needs.
@@ -146,11 +147,18 @@ func ParseComputeElements(s string) (int, error) {
 
 // computeElement is an element with its queue, worker and counters.
 type computeElement struct {
-	idx     int
-	el      element
-	ops     OpSet
-	rank    int // preference: lower is placed on first
-	queue   []*computeRequest
+	idx  int
+	el   element
+	ops  OpSet
+	rank int // preference: lower is placed on first
+	// queues are per size class, taken in weighted round-robin as the
+	// devices' class queues are (DESIGN.md §Size-aware scheduler): a
+	// medium lookup does not wait behind every large reduction placed
+	// before it.
+	queues  [maxClasses][]*computeRequest
+	queued  int
+	rr      int        // class whose turn it is
+	credit  int        // picks left in that class's turn
 	running bool       // its worker is running a request (not waiting for one)
 	wake    *sync.Cond // on computeSched.mu
 	outst   int        // the scheduler's view: placed, minus completions drained from the ready queue
@@ -187,8 +195,12 @@ type computeSched struct {
 	// costs less than a hand-off; it never waits in an element's queue
 	// behind a large reduction. 0: every request goes to an element.
 	inlineRows int
-	wait       hist   // submit to an element's start
-	queued     func() // tests: called once a request is on an element's queue
+	// classOf is a request's size class by its rows (nil: all class 0);
+	// weights are the classes' picks per turn (0 counts as 1).
+	classOf func(rows int) int
+	weights [maxClasses]int
+	wait    hist   // submit to an element's start
+	queued  func() // tests: called once a request is on an element's queue
 }
 
 // newComputeSched starts a worker per element; ranks give the
@@ -273,13 +285,17 @@ func (s *computeSched) submit(r *computeRequest) {
 	r.enq = time.Now()
 	r.placed = e
 	e.outst++
-	e.queue = append(e.queue, r)
+	if s.classOf != nil {
+		r.class = s.classOf(len(r.req.Indices))
+	}
+	e.queues[r.class] = append(e.queues[r.class], r)
+	e.queued++
 	e.wake.Signal()
 	// It waits behind e's running request: a superset element with an
 	// empty queue may take it.
 	if e.running {
 		for _, o := range s.els {
-			if o != e && len(o.queue) == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
+			if o != e && o.queued == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
 				o.wake.Signal()
 			}
 		}
@@ -311,23 +327,18 @@ func (s *computeSched) take(e *computeElement) *computeRequest {
 	defer s.mu.Unlock()
 	e.running = false
 	for {
-		if len(e.queue) > 0 {
-			r := e.queue[0]
-			e.queue[0] = nil
-			e.queue = e.queue[1:]
+		if e.queued > 0 {
 			e.running = true
-			return r
+			return s.popLocked(e)
 		}
 		var v *computeElement
 		for _, o := range e.victims {
-			if o.running && len(o.queue) > 0 && (v == nil || len(o.queue) > len(v.queue)) {
+			if o.running && o.queued > 0 && (v == nil || o.queued > v.queued) {
 				v = o
 			}
 		}
 		if v != nil {
-			r := v.queue[0]
-			v.queue[0] = nil
-			v.queue = v.queue[1:]
+			r := s.popLocked(v)
 			s.drainReadyLocked()
 			// The work moves: the victim's count drops, the thief's rises.
 			v.outst--
@@ -342,6 +353,29 @@ func (s *computeSched) take(e *computeElement) *computeRequest {
 		}
 		e.wake.Wait()
 	}
+}
+
+// popLocked takes e's next request: weighted round-robin over its
+// non-empty class queues (a class's turn is up to its weight of
+// requests), FIFO within each, as Device.next. e has one queued. Caller
+// holds s.mu.
+func (s *computeSched) popLocked(e *computeElement) *computeRequest {
+	if e.credit <= 0 || len(e.queues[e.rr]) == 0 {
+		for i := 1; i <= maxClasses; i++ {
+			c := (e.rr + i) % maxClasses
+			if len(e.queues[c]) > 0 {
+				e.rr, e.credit = c, max(s.weights[c], 1)
+				break
+			}
+		}
+	}
+	q := e.queues[e.rr]
+	r := q[0]
+	q[0] = nil
+	e.queues[e.rr] = q[1:]
+	e.queued--
+	e.credit--
+	return r
 }
 
 func (s *computeSched) worker(e *computeElement) {
@@ -416,7 +450,7 @@ func (s *computeSched) status() ComputeStatus {
 	s.drainReadyLocked()
 	for _, e := range s.els {
 		cs.Elements = append(cs.Elements, ElementStatus{Index: e.idx, Kind: e.el.kind(), Ops: e.ops.String(), Rank: e.rank,
-			Queued: len(e.queue), Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
+			Queued: e.queued, Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
 			Completions: e.runs.Load(), Taken: e.steals.Load()})
 	}
 	s.mu.Unlock()

@@ -308,6 +308,43 @@ func TestComputePlacementFallsBackToIdle(t *testing.T) {
 	}
 }
 
+// TestComputeQueueBySizeClass: an element's queue is per size class, taken
+// in weighted round-robin as the devices' queues are: a medium lookup
+// placed behind large ones on a busy element runs before them, and a
+// large one still runs between mediums (no starvation).
+func TestComputeQueueBySizeClass(t *testing.T) {
+	g := newPolicyRig(t, []*simElement{{k: "cpu-sim", opset: OpsAll}}, []int{0})
+	g.s.classOf, g.s.weights = DefaultSched.class, [maxClasses]int{16, 2, 1}
+	submit := func(tag uint64, bags int) {
+		r := benchCompute(g.rng, format.DtypeF32, 16, bags, 10, 50, false)
+		r.tag = tag
+		want := reduceRef(r)
+		r.done = func(res []byte) {
+			if !bytes.Equal(res, want) {
+				g.t.Errorf("tag %d: wrong result", tag)
+			}
+			g.results <- r
+		}
+		g.s.submit(r)
+	}
+	const large, medium = 64, 20 // bags of 10 rows: 640 rows (large), 200 (medium)
+	submit(1, large)
+	g.started(0, 1)
+	submit(2, large)
+	submit(3, large)
+	submit(4, medium)
+	submit(5, medium)
+	submit(6, medium)
+	// The medium class's turn (2 picks) comes first, then a large one's,
+	// then the mediums' again.
+	order := []uint64{1, 4, 5, 2, 6, 3}
+	for i := 0; i+1 < len(order); i++ {
+		g.finish(0, order[i])
+		g.started(0, order[i+1])
+	}
+	g.finish(0, order[len(order)-1])
+}
+
 // TestComputeSupersetTakesFromOthersQueue: the seed's 820-3 — an element
 // that runs a superset of another's ops takes from that element's queue
 // when its own is empty; the other never takes from the superset's.
