@@ -1010,7 +1010,7 @@ type computeLoad struct {
 // sums of ~15 rows: a reduction of a few % of the loaders' time); heavy is
 // a multi-hot DLRM (DLRM-v2 style: tens to hundreds of rows per bag, f16
 // tables widened to f32, dim 128, weighted sums of ~40 rows), whose
-// reduction is ~4.5x the light one's per lookup (BenchmarkReduce). Its small stream is batch
+// reduction is ~4x the light one's per lookup (BenchmarkReduce). Its small stream is batch
 // 1 (~40 rows: the small size class, like the light load's batch 4).
 func computeLoads(c config, ts, hts []table) []computeLoad {
 	var out []computeLoad

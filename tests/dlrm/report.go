@@ -93,7 +93,7 @@ func writeReport(c config, rep report) error {
 			"- **light** (the workload above): fp32, dim 64, plain sums, pooling factor mean 15; batch 4 (8 in flight) and batch 64 (16 in flight).\n"+
 			"- **heavy** (multi-hot, as DLRM-v2-style production models: tens to hundreds of rows per bag, fp16 tables): the same 26 row counts "+
 			"as f16 tables of dim 128 (rows of 256 bytes, as the light load's), weighted sums, lognormal pooling factor mean 40 (clipped 1-500); "+
-			"batch 1 (~40 rows; 95%% of them in the small size class, computed on the loader; 8 in flight) and batch 64 (~2560 rows; 16 in flight). Its reduction is ~4.5x the light one's per lookup "+
+			"batch 1 (~40 rows; 95%% of them in the small size class, computed on the loader; 8 in flight) and batch 64 (~2560 rows; 16 in flight). Its reduction is ~4x the light one's per lookup (BenchmarkReduce) "+
 			"(f16 widening, twice the values per row, 2.7x the rows).\n\n"+
 			"Devices: native (directories in /dev/shm), the device model `%v`, and for the heavy load also `%v` (nvme: a faster device, so the "+
 			"reduction is a larger share of a loader's time). Daemon and client cores are their CPU seconds per second; machine CPU is the share "+
