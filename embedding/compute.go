@@ -319,9 +319,10 @@ func (s *computeSched) inlineRun(r *computeRequest) {
 	r.done(res)
 }
 
-// take is an element's next request: the head of its own queue, else the
-// head of the longest queue it may take from whose element is busy (an
-// idle one takes its own). nil once closing and no work is left for it.
+// take is an element's next request: the next of its own queues
+// (popLocked), else the next of the element with the most queued that it
+// may take from and that is busy (an idle one takes its own). nil once
+// closing and no work is left for it.
 func (s *computeSched) take(e *computeElement) *computeRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
