@@ -3,7 +3,9 @@ package embedding
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -68,11 +70,15 @@ type computeRequest struct {
 	dim   int
 	rb    int
 	uniq  []int64 // the distinct indices, sorted
+	at    []int32 // per index, its row's place in uniq and rows (nil: found by binary search)
 	rows  []byte  // len(uniq) rows
 	done  func(result []byte)
+	// release, if set, recycles rows once the result is computed.
+	release func()
 
 	placed *computeElement // the element whose queue holds or held it
 	enq    time.Time
+	class  int // size class of its rows (the scheduler's): which of an element's queues
 }
 
 // opsFor is what a lookup of mode over dtype rows needs.
@@ -116,9 +122,14 @@ const ComputeAuto = -1
 // GOMAXPROCS minus one core for the FUSE server (request decoding and the
 // copies of results to the kernel) minus half a core per device for its
 // loaders (they mostly wait on the device, but copy rows out of the read
-// buffers), at least one.
+// buffers). None when no core is left: an element without a core of its
+// own only adds a hand-off, and as one goroutine among the loaders on
+// saturated cores it serialises every large lookup's reduction (2 cores, 2
+// devices, DLRM benchmark: 1 element gave 0.57-0.58x the loaders' pooled
+// rows/s when the machine was oversubscribed, never a gain above noise;
+// DESIGN.md §Compute stage).
 func DefaultComputeElements(devices int) int {
-	return max(1, runtime.GOMAXPROCS(0)-1-(devices+1)/2)
+	return max(0, runtime.GOMAXPROCS(0)-1-(devices+1)/2)
 }
 
 // ParseComputeElements reads --compute-elements: auto, or a count (0 runs
@@ -136,11 +147,18 @@ func ParseComputeElements(s string) (int, error) {
 
 // computeElement is an element with its queue, worker and counters.
 type computeElement struct {
-	idx     int
-	el      element
-	ops     OpSet
-	rank    int // preference: lower is placed on first
-	queue   []*computeRequest
+	idx  int
+	el   element
+	ops  OpSet
+	rank int // preference: lower is placed on first
+	// queues are per size class, taken in weighted round-robin as the
+	// devices' class queues are (DESIGN.md §Size-aware scheduler): a
+	// medium lookup does not wait behind every large reduction placed
+	// before it.
+	queues  [maxClasses][]*computeRequest
+	queued  int
+	rr      int        // class whose turn it is
+	credit  int        // picks left in that class's turn
 	running bool       // its worker is running a request (not waiting for one)
 	wake    *sync.Cond // on computeSched.mu
 	outst   int        // the scheduler's view: placed, minus completions drained from the ready queue
@@ -170,14 +188,19 @@ type computeSched struct {
 	readyMu sync.Mutex
 	ready   []completion // the ready queue: elements report here, the scheduler drains it
 
-	inline atomic.Uint64 // requests run on the loader (no elements, or cheap)
+	inline   atomic.Uint64 // requests run on the loader (no elements, or cheap)
+	inlineNs atomic.Int64  // the loaders' time computing them
 	// inlineRows: a request of at most this many rows (the small size
 	// class) is computed on the loader that read it, whose reduction
 	// costs less than a hand-off; it never waits in an element's queue
 	// behind a large reduction. 0: every request goes to an element.
 	inlineRows int
-	wait       hist   // submit to an element's start
-	queued     func() // tests: called once a request is on an element's queue
+	// classOf is a request's size class by its rows (nil: all class 0);
+	// weights are the classes' picks per turn (0 counts as 1).
+	classOf func(rows int) int
+	weights [maxClasses]int
+	wait    hist   // submit to an element's start
+	queued  func() // tests: called once a request is on an element's queue
 }
 
 // newComputeSched starts a worker per element; ranks give the
@@ -262,13 +285,17 @@ func (s *computeSched) submit(r *computeRequest) {
 	r.enq = time.Now()
 	r.placed = e
 	e.outst++
-	e.queue = append(e.queue, r)
+	if s.classOf != nil {
+		r.class = s.classOf(len(r.req.Indices))
+	}
+	e.queues[r.class] = append(e.queues[r.class], r)
+	e.queued++
 	e.wake.Signal()
 	// It waits behind e's running request: a superset element with an
 	// empty queue may take it.
 	if e.running {
 		for _, o := range s.els {
-			if o != e && len(o.queue) == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
+			if o != e && o.queued == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
 				o.wake.Signal()
 			}
 		}
@@ -280,37 +307,39 @@ func (s *computeSched) submit(r *computeRequest) {
 }
 
 func (s *computeSched) inlineRun(r *computeRequest) {
+	start := time.Now()
+	res := reduceFast(r)
+	if r.release != nil {
+		r.release()
+	}
 	if s != nil {
 		s.inline.Add(1)
+		s.inlineNs.Add(int64(time.Since(start)))
 	}
-	r.done(reduceRef(r))
+	r.done(res)
 }
 
-// take is an element's next request: the head of its own queue, else the
-// head of the longest queue it may take from whose element is busy (an
-// idle one takes its own). nil once closing and no work is left for it.
+// take is an element's next request: the next of its own queues
+// (popLocked), else the next of the element with the most queued that it
+// may take from and that is busy (an idle one takes its own). nil once
+// closing and no work is left for it.
 func (s *computeSched) take(e *computeElement) *computeRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.running = false
 	for {
-		if len(e.queue) > 0 {
-			r := e.queue[0]
-			e.queue[0] = nil
-			e.queue = e.queue[1:]
+		if e.queued > 0 {
 			e.running = true
-			return r
+			return s.popLocked(e)
 		}
 		var v *computeElement
 		for _, o := range e.victims {
-			if o.running && len(o.queue) > 0 && (v == nil || len(o.queue) > len(v.queue)) {
+			if o.running && o.queued > 0 && (v == nil || o.queued > v.queued) {
 				v = o
 			}
 		}
 		if v != nil {
-			r := v.queue[0]
-			v.queue[0] = nil
-			v.queue = v.queue[1:]
+			r := s.popLocked(v)
 			s.drainReadyLocked()
 			// The work moves: the victim's count drops, the thief's rises.
 			v.outst--
@@ -327,6 +356,29 @@ func (s *computeSched) take(e *computeElement) *computeRequest {
 	}
 }
 
+// popLocked takes e's next request: weighted round-robin over its
+// non-empty class queues (a class's turn is up to its weight of
+// requests), FIFO within each, as Device.next. e has one queued. Caller
+// holds s.mu.
+func (s *computeSched) popLocked(e *computeElement) *computeRequest {
+	if e.credit <= 0 || len(e.queues[e.rr]) == 0 {
+		for i := 1; i <= maxClasses; i++ {
+			c := (e.rr + i) % maxClasses
+			if len(e.queues[c]) > 0 {
+				e.rr, e.credit = c, max(s.weights[c], 1)
+				break
+			}
+		}
+	}
+	q := e.queues[e.rr]
+	r := q[0]
+	q[0] = nil
+	e.queues[e.rr] = q[1:]
+	e.queued--
+	e.credit--
+	return r
+}
+
 func (s *computeSched) worker(e *computeElement) {
 	defer s.workers.Done()
 	for {
@@ -337,6 +389,9 @@ func (s *computeSched) worker(e *computeElement) {
 		start := time.Now()
 		s.wait.add(start.Sub(r.enq))
 		res := e.el.run(r)
+		if r.release != nil {
+			r.release()
+		}
 		e.busyNs.Add(int64(time.Since(start)))
 		e.runs.Add(1)
 		s.readyMu.Lock()
@@ -380,23 +435,72 @@ type ElementStatus struct {
 type ComputeStatus struct {
 	Elements []ElementStatus `json:"elements"`
 	OnLoader uint64          `json:"on_loader"`
-	Wait     Latency         `json:"wait"`
+	// OnLoaderSeconds is the loaders' time computing them: time a loader
+	// did not read.
+	OnLoaderSeconds float64 `json:"on_loader_seconds"`
+	Wait            Latency `json:"wait"`
 }
 
 func (s *computeSched) status() ComputeStatus {
 	if s == nil {
 		return ComputeStatus{Elements: []ElementStatus{}}
 	}
-	cs := ComputeStatus{Elements: []ElementStatus{}, OnLoader: s.inline.Load(), Wait: s.wait.summary()}
+	cs := ComputeStatus{Elements: []ElementStatus{}, OnLoader: s.inline.Load(),
+		OnLoaderSeconds: float64(s.inlineNs.Load()) / 1e9, Wait: s.wait.summary()}
 	s.mu.Lock()
 	s.drainReadyLocked()
 	for _, e := range s.els {
 		cs.Elements = append(cs.Elements, ElementStatus{Index: e.idx, Kind: e.el.kind(), Ops: e.ops.String(), Rank: e.rank,
-			Queued: len(e.queue), Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
+			Queued: e.queued, Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
 			Completions: e.runs.Load(), Taken: e.steals.Load()})
 	}
 	s.mu.Unlock()
 	return cs
+}
+
+// dedup returns the distinct indices, sorted, and for each index the place
+// of its row among them: one sort of (index, place) keys and one pass,
+// instead of a binary search per index when the rows are reduced. Indices
+// are below rows (the request was checked).
+func dedup(indices []int64, rows uint64) (uniq []int64, at []int32) {
+	at = make([]int32, len(indices))
+	b := bits.Len(uint(len(indices)))
+	if bits.Len64(rows)+b > 64 { // the keys do not fit: sort, then search
+		uniq = slices.Clone(indices)
+		slices.Sort(uniq)
+		uniq = slices.Compact(uniq)
+		for k, idx := range indices {
+			u, _ := slices.BinarySearch(uniq, idx)
+			at[k] = int32(u)
+		}
+		return uniq, at
+	}
+	keys := make([]uint64, len(indices))
+	for k, idx := range indices {
+		keys[k] = uint64(idx)<<b | uint64(k)
+	}
+	slices.Sort(keys)
+	mask := uint64(1)<<b - 1
+	uniq = make([]int64, 0, len(indices))
+	for _, key := range keys {
+		idx := int64(key >> b)
+		if len(uniq) == 0 || uniq[len(uniq)-1] != idx {
+			uniq = append(uniq, idx)
+		}
+		at[key&mask] = int32(len(uniq) - 1)
+	}
+	return uniq, at
+}
+
+// positions is at, computed by binary search if the request came without.
+func (r *computeRequest) positions() []int32 {
+	if r.at == nil {
+		r.at = make([]int32, len(r.req.Indices))
+		for k, idx := range r.req.Indices {
+			r.at[k] = int32(r.pos(idx))
+		}
+	}
+	return r.at
 }
 
 // pos is where idx is in the sorted distinct indices.
@@ -414,17 +518,19 @@ func (r *computeRequest) bag(b int) (int64, int64) {
 
 func (r *computeRequest) gather() []byte {
 	rb := r.rb
-	out := make([]byte, len(r.req.Indices)*rb)
-	for i, idx := range r.req.Indices {
-		u := r.pos(idx)
-		copy(out[i*rb:], r.rows[u*rb:(u+1)*rb])
+	n := len(r.req.Indices)
+	out := make([]byte, wire.ResultHeaderSize+n*rb)
+	payload := out[wire.ResultHeaderSize:]
+	for i, u := range r.positions() {
+		copy(payload[i*rb:(i+1)*rb], r.rows[int(u)*rb:(int(u)+1)*rb])
 	}
-	return wire.EncodeResult(r.tag, 0, len(r.req.Indices), wire.Dtype(r.dtype), out)
+	wire.PutResultHeader(out, r.tag, 0, n, wire.Dtype(r.dtype))
+	return out
 }
 
 // reduceRef is the computation as the loaders ran it before the compute
-// stage (accumulate per value): --compute-elements 0 runs it, and the
-// tests hold the elements' kernels to its bytes.
+// stage (a binary search per index, accumulate per value): the tests hold
+// the kernel, which now runs on the loaders too, to its bytes.
 func reduceRef(r *computeRequest) []byte {
 	if r.req.Mode == wire.Gather {
 		return r.gather()
@@ -475,11 +581,13 @@ func accumulate(acc []float32, row []byte, dtype uint8, w float32) {
 	}
 }
 
-// reduceFast is the CPU elements' kernel: the same operations in the same
-// order per output value as reduceRef (so the same bytes), with the inner
-// loops unrolled by eight and f16 widened through a table. Go has no SIMD
-// intrinsics; the unrolled, bounds-check-free loops are what the compiler
-// schedules best.
+// reduceFast is the CPU kernel, on the elements and on the loaders: the
+// same operations in the same order per output value as reduceRef (so the
+// same bytes), but a bag is pooled eight output values at a time with
+// the eight sums in registers across all its rows (no load and store of
+// the accumulator per row), each row found by its precomputed place, and
+// f16 widened through a table. Go has no SIMD intrinsics; the unrolled,
+// bounds-check-free loops are what the compiler schedules best.
 func reduceFast(r *computeRequest) []byte {
 	if r.req.Mode == wire.Gather {
 		return r.gather()
@@ -489,28 +597,24 @@ func reduceFast(r *computeRequest) []byte {
 	out := make([]byte, wire.ResultHeaderSize+nb*dim*4)
 	payload := out[wire.ResultHeaderSize:]
 	acc := make([]float32, dim)
+	at := r.positions()
 	var f16 *[1 << 16]float32
 	if r.dtype == format.DtypeF16 {
 		f16 = f16Table()
 	}
 	for bag := 0; bag < nb; bag++ {
 		a, b := r.bag(bag)
-		clear(acc)
-		for k := a; k < b; k++ {
-			u := r.pos(r.req.Indices[k])
-			w := float32(1)
-			if r.req.Weights != nil {
-				w = r.req.Weights[k]
-			}
-			row := r.rows[u*r.rb : (u+1)*r.rb]
-			switch r.dtype {
-			case format.DtypeF32:
-				addF32(acc, row, w)
-			case format.DtypeF16:
-				addF16(acc, row, w, f16)
-			case format.DtypeBF16:
-				addBF16(acc, row, w)
-			}
+		var ws []float32
+		if r.req.Weights != nil {
+			ws = r.req.Weights[a:b]
+		}
+		switch r.dtype {
+		case format.DtypeF32:
+			poolF32(acc, r.rows, r.rb, at[a:b], ws)
+		case format.DtypeF16:
+			poolF16(acc, r.rows, r.rb, at[a:b], ws, f16)
+		case format.DtypeBF16:
+			poolBF16(acc, r.rows, r.rb, at[a:b], ws)
 		}
 		if r.req.Mode == wire.Mean && b > a {
 			inv := 1 / float32(b-a)
@@ -527,67 +631,128 @@ func reduceFast(r *computeRequest) []byte {
 	return out
 }
 
-func addF32(acc []float32, row []byte, w float32) {
+// poolF32 sets acc to the weighted sum (ws nil: weights 1) of the f32 rows
+// at places at, each value summed in row order from zero as reduceRef does.
+func poolF32(acc []float32, rows []byte, rb int, at []int32, ws []float32) {
 	n := len(acc)
-	row = row[:4*n]
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 4*i
+			s := rows[o : o+32 : o+32]
+			a0 += w * math.Float32frombits(le.Uint32(s[0:]))
+			a1 += w * math.Float32frombits(le.Uint32(s[4:]))
+			a2 += w * math.Float32frombits(le.Uint32(s[8:]))
+			a3 += w * math.Float32frombits(le.Uint32(s[12:]))
+			a4 += w * math.Float32frombits(le.Uint32(s[16:]))
+			a5 += w * math.Float32frombits(le.Uint32(s[20:]))
+			a6 += w * math.Float32frombits(le.Uint32(s[24:]))
+			a7 += w * math.Float32frombits(le.Uint32(s[28:]))
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[4*i : 4*i+32 : 4*i+32]
-		a[0] += w * math.Float32frombits(le.Uint32(s[0:]))
-		a[1] += w * math.Float32frombits(le.Uint32(s[4:]))
-		a[2] += w * math.Float32frombits(le.Uint32(s[8:]))
-		a[3] += w * math.Float32frombits(le.Uint32(s[12:]))
-		a[4] += w * math.Float32frombits(le.Uint32(s[16:]))
-		a[5] += w * math.Float32frombits(le.Uint32(s[20:]))
-		a[6] += w * math.Float32frombits(le.Uint32(s[24:]))
-		a[7] += w * math.Float32frombits(le.Uint32(s[28:]))
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * math.Float32frombits(le.Uint32(row[4*i:]))
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * math.Float32frombits(le.Uint32(rows[int(u)*rb+4*i:]))
+		}
+		acc[i] = v
 	}
 }
 
-func addF16(acc []float32, row []byte, w float32, tab *[1 << 16]float32) {
+// poolF16 is poolF32 for f16 rows, widened through tab.
+func poolF16(acc []float32, rows []byte, rb int, at []int32, ws []float32, tab *[1 << 16]float32) {
 	n := len(acc)
-	row = row[:2*n]
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 2*i
+			s := rows[o : o+16 : o+16]
+			a0 += w * tab[le.Uint16(s[0:])]
+			a1 += w * tab[le.Uint16(s[2:])]
+			a2 += w * tab[le.Uint16(s[4:])]
+			a3 += w * tab[le.Uint16(s[6:])]
+			a4 += w * tab[le.Uint16(s[8:])]
+			a5 += w * tab[le.Uint16(s[10:])]
+			a6 += w * tab[le.Uint16(s[12:])]
+			a7 += w * tab[le.Uint16(s[14:])]
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[2*i : 2*i+16 : 2*i+16]
-		a[0] += w * tab[le.Uint16(s[0:])]
-		a[1] += w * tab[le.Uint16(s[2:])]
-		a[2] += w * tab[le.Uint16(s[4:])]
-		a[3] += w * tab[le.Uint16(s[6:])]
-		a[4] += w * tab[le.Uint16(s[8:])]
-		a[5] += w * tab[le.Uint16(s[10:])]
-		a[6] += w * tab[le.Uint16(s[12:])]
-		a[7] += w * tab[le.Uint16(s[14:])]
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * tab[le.Uint16(row[2*i:])]
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * tab[le.Uint16(rows[int(u)*rb+2*i:])]
+		}
+		acc[i] = v
 	}
 }
 
-func addBF16(acc []float32, row []byte, w float32) {
+// poolBF16 is poolF32 for bf16 rows (the upper half of a float32).
+func poolBF16(acc []float32, rows []byte, rb int, at []int32, ws []float32) {
 	n := len(acc)
-	row = row[:2*n]
-	i := 0
+	if ws != nil {
+		ws = ws[:len(at)]
+	}
 	bf := func(s []byte) float32 { return math.Float32frombits(uint32(le.Uint16(s)) << 16) }
+	i := 0
 	for ; i+8 <= n; i += 8 {
+		var a0, a1, a2, a3, a4, a5, a6, a7 float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			o := int(u)*rb + 2*i
+			s := rows[o : o+16 : o+16]
+			a0 += w * bf(s[0:])
+			a1 += w * bf(s[2:])
+			a2 += w * bf(s[4:])
+			a3 += w * bf(s[6:])
+			a4 += w * bf(s[8:])
+			a5 += w * bf(s[10:])
+			a6 += w * bf(s[12:])
+			a7 += w * bf(s[14:])
+		}
 		a := acc[i : i+8 : i+8]
-		s := row[2*i : 2*i+16 : 2*i+16]
-		a[0] += w * bf(s[0:])
-		a[1] += w * bf(s[2:])
-		a[2] += w * bf(s[4:])
-		a[3] += w * bf(s[6:])
-		a[4] += w * bf(s[8:])
-		a[5] += w * bf(s[10:])
-		a[6] += w * bf(s[12:])
-		a[7] += w * bf(s[14:])
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	}
 	for ; i < n; i++ {
-		acc[i] += w * bf(row[2*i:])
+		var v float32
+		for k, u := range at {
+			w := float32(1)
+			if ws != nil {
+				w = ws[k]
+			}
+			v += w * bf(rows[int(u)*rb+2*i:])
+		}
+		acc[i] = v
 	}
 }
 

@@ -107,6 +107,17 @@ func TestComputeKernelMatchesLoaderPath(t *testing.T) {
 							t.Fatalf("dtype %d dim %d %s weighted %v: kernel result differs from the loader path's (%d vs %d bytes)",
 								dtype, dim, mode, weighted, len(got), len(want))
 						}
+						// As a lookup builds it: only the rows used, placed by dedup.
+						d := *r
+						d.uniq, d.at = dedup(r.req.Indices, uint64(r.uniq[len(r.uniq)-1]+1))
+						d.rows = nil
+						for _, idx := range d.uniq {
+							u := r.pos(idx)
+							d.rows = append(d.rows, r.rows[u*r.rb:(u+1)*r.rb]...)
+						}
+						if got := reduceFast(&d); !bytes.Equal(want, got) {
+							t.Fatalf("dtype %d dim %d %s weighted %v: kernel result over dedup's rows differs from the loader path's", dtype, dim, mode, weighted)
+						}
 						if _, err := wire.DecodeResult(got); err != nil {
 							t.Fatalf("kernel result does not decode: %v", err)
 						}
@@ -297,6 +308,43 @@ func TestComputePlacementFallsBackToIdle(t *testing.T) {
 	}
 }
 
+// TestComputeQueueBySizeClass: an element's queue is per size class, taken
+// in weighted round-robin as the devices' queues are: a medium lookup
+// placed behind large ones on a busy element runs before them, and a
+// large one still runs between mediums (no starvation).
+func TestComputeQueueBySizeClass(t *testing.T) {
+	g := newPolicyRig(t, []*simElement{{k: "cpu-sim", opset: OpsAll}}, []int{0})
+	g.s.classOf, g.s.weights = DefaultSched.class, [maxClasses]int{16, 2, 1}
+	submit := func(tag uint64, bags int) {
+		r := benchCompute(g.rng, format.DtypeF32, 16, bags, 10, 50, false)
+		r.tag = tag
+		want := reduceRef(r)
+		r.done = func(res []byte) {
+			if !bytes.Equal(res, want) {
+				g.t.Errorf("tag %d: wrong result", tag)
+			}
+			g.results <- r
+		}
+		g.s.submit(r)
+	}
+	const large, medium = 64, 20 // bags of 10 rows: 640 rows (large), 200 (medium)
+	submit(1, large)
+	g.started(0, 1)
+	submit(2, large)
+	submit(3, large)
+	submit(4, medium)
+	submit(5, medium)
+	submit(6, medium)
+	// The medium class's turn (2 picks) comes first, then a large one's,
+	// then the mediums' again.
+	order := []uint64{1, 4, 5, 2, 6, 3}
+	for i := 0; i+1 < len(order); i++ {
+		g.finish(0, order[i])
+		g.started(0, order[i+1])
+	}
+	g.finish(0, order[len(order)-1])
+}
+
 // TestComputeSupersetTakesFromOthersQueue: the seed's 820-3 — an element
 // that runs a superset of another's ops takes from that element's queue
 // when its own is empty; the other never takes from the superset's.
@@ -421,30 +469,67 @@ func TestLoadersFreeWhileComputeSaturated(t *testing.T) {
 	}
 }
 
-// BenchmarkReduce compares the loader path's reduction with the CPU
-// elements' kernel on a DLRM-like batch (64 bags of 15 rows, dim 64):
-// go test ./embedding -run XXX -bench Reduce
-func BenchmarkReduce(b *testing.B) {
-	for _, dtype := range []uint8{format.DtypeF32, format.DtypeF16, format.DtypeBF16} {
-		rng := rand.New(rand.NewPCG(49, 50))
-		r := randCompute(rng, 1, wire.Sum, dtype, 64, false)
-		r.req.Offsets, r.req.Indices = nil, nil
-		for bag := 0; bag < 64; bag++ {
-			r.req.Offsets = append(r.req.Offsets, int64(len(r.req.Indices)))
-			for k := 0; k < 15; k++ {
-				r.req.Indices = append(r.req.Indices, r.uniq[rng.IntN(len(r.uniq))])
+// benchCompute is a batch of bags bags of pooling rows each over nuniq
+// distinct random rows of dtype at dim, weighted or not.
+func benchCompute(rng *rand.Rand, dtype uint8, dim, bags, pooling, nuniq int, weighted bool) *computeRequest {
+	rb := dim * format.DtypeSize(dtype)
+	rows := make([]byte, nuniq*rb)
+	for r := 0; r < nuniq; r++ {
+		for i := 0; i < dim; i++ {
+			v := float32(rng.NormFloat64() * 0.05) // trained embeddings are small
+			row := rows[r*rb:]
+			switch dtype {
+			case format.DtypeF32:
+				binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
+			case format.DtypeF16:
+				binary.LittleEndian.PutUint16(row[2*i:], f32ToF16(v))
+			case format.DtypeBF16:
+				binary.LittleEndian.PutUint16(row[2*i:], uint16(math.Float32bits(v)>>16))
 			}
 		}
-		for _, k := range []struct {
-			name string
-			f    func(*computeRequest) []byte
-		}{{"loader", reduceRef}, {"element", reduceFast}} {
-			b.Run(fmt.Sprintf("%s/dtype%d", k.name, dtype), func(b *testing.B) {
-				for i := 0; i < b.N; i++ {
-					k.f(r)
-				}
-				b.ReportMetric(float64(len(r.req.Indices))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
-			})
+	}
+	uniq := make([]int64, nuniq)
+	for i := range uniq {
+		uniq[i] = int64(i*1000 + rng.IntN(1000)) // sorted, distinct, spread like a big table's
+	}
+	req := &wire.Request{Tag: 1, Mode: wire.Sum, Dtype: wire.Dtype(dtype)}
+	for b := 0; b < bags; b++ {
+		req.Offsets = append(req.Offsets, int64(len(req.Indices)))
+		for k := 0; k < pooling; k++ {
+			req.Indices = append(req.Indices, uniq[rng.IntN(nuniq)])
+			if weighted {
+				req.Weights = append(req.Weights, float32(rng.Float64()))
+			}
+		}
+	}
+	return &computeRequest{tag: 1, ops: opsFor(req, dtype), req: req, dtype: dtype, dim: dim, rb: rb, uniq: uniq, rows: rows}
+}
+
+// BenchmarkReduce compares the reference reduction with the CPU kernel on
+// the DLRM benchmark's two loads (tests/dlrm): light, 64 bags of 15 rows,
+// dim 64, plain sum, per dtype; heavy, 64 bags of 40 rows, dim 128,
+// weighted sum, per dtype (f16 is the heavy load's table dtype).
+// go test ./embedding -run XXX -bench Reduce
+func BenchmarkReduce(b *testing.B) {
+	for _, load := range []struct {
+		name         string
+		dim, pooling int
+		weighted     bool
+	}{{"light", 64, 15, false}, {"heavy", 128, 40, true}} {
+		for _, dtype := range []uint8{format.DtypeF32, format.DtypeF16, format.DtypeBF16} {
+			rng := rand.New(rand.NewPCG(49, 50))
+			r := benchCompute(rng, dtype, load.dim, 64, load.pooling, 64*load.pooling*9/10, load.weighted)
+			for _, k := range []struct {
+				name string
+				f    func(*computeRequest) []byte
+			}{{"ref", reduceRef}, {"kernel", reduceFast}} {
+				b.Run(fmt.Sprintf("%s/%s/%s", load.name, wire.Dtype(dtype), k.name), func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						k.f(r)
+					}
+					b.ReportMetric(float64(len(r.req.Indices))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+				})
+			}
 		}
 	}
 }
@@ -480,4 +565,59 @@ func TestSmallLookupsOnTheLoader(t *testing.T) {
 	if cs.inline.Load() != inline0+1 || elementRuns() != runs0+1 {
 		t.Fatalf("a lookup of %d rows: on the loader %d -> %d, on elements %d -> %d; want it on an element", DefaultSched.Small+1, inline0, cs.inline.Load(), runs0, elementRuns())
 	}
+}
+
+// TestDedupPlaces: dedup gives the sorted distinct indices and each
+// index's place among them, with packed keys and with the fallback for
+// tables too large to pack (rows near 2^63).
+func TestDedupPlaces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 54))
+	for _, rows := range []uint64{1, 7, 1000, 1 << 40, 1<<63 - 1} {
+		for _, n := range []int{0, 1, 2, 3, 100, 5000} {
+			idx := make([]int64, n)
+			for i := range idx {
+				idx[i] = int64(rng.Uint64N(rows))
+			}
+			uniq, at := dedup(idx, rows)
+			want := slices.Clone(idx)
+			slices.Sort(want)
+			want = slices.Compact(want)
+			if !slices.Equal(uniq, want) {
+				t.Fatalf("rows %d, %d indices: distinct indices %v, want %v", rows, n, uniq, want)
+			}
+			if len(at) != n {
+				t.Fatalf("rows %d, %d indices: %d places", rows, n, len(at))
+			}
+			for k, u := range at {
+				if uniq[u] != idx[k] {
+					t.Fatalf("rows %d: index %d (%d) placed at %d, which holds %d", rows, k, idx[k], u, uniq[u])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkDedup: the distinct rows and each index's place, by dedup vs
+// the sort-compact-then-binary-search it replaced (a heavy batch: 2560
+// indices over a 2M-row table).
+func BenchmarkDedup(b *testing.B) {
+	rng := rand.New(rand.NewPCG(55, 56))
+	idx := make([]int64, 2560)
+	for i := range idx {
+		idx[i] = rng.Int64N(2_000_000)
+	}
+	b.Run("dedup", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			dedup(idx, 2_000_000)
+		}
+	})
+	b.Run("sort-search", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			uniq := slices.Clone(idx)
+			slices.Sort(uniq)
+			uniq = slices.Compact(uniq)
+			r := &computeRequest{req: &wire.Request{Indices: idx}, uniq: uniq}
+			r.positions()
+		}
+	})
 }

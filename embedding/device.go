@@ -152,22 +152,65 @@ func alignedBuf(n int) []byte {
 	return raw[skip : skip+n : skip+n]
 }
 
+// readBuf is an aligned buffer from readBufs; put returns it.
+type readBuf struct {
+	b     []byte
+	class int // -1: too large to keep
+}
+
+// readBufs recycles the aligned buffers the loaders read into, per
+// power-of-two size class from 4 KiB to 64 MiB: a fresh buffer is zeroed
+// by the allocator, which on fast devices cost more CPU than the
+// reduction of the rows read (DESIGN.md §Compute stage). A recycled
+// buffer is not cleared: a read fills it or fails, and a read past the
+// backing file's end clears the rest itself (serve).
+var readBufs [15]sync.Pool
+
+// getReadBuf returns a buffer of n bytes at a block-aligned address (its
+// capacity may be larger).
+func getReadBuf(n int) *readBuf {
+	class := 0
+	for format.BlockSize<<class < n {
+		class++
+	}
+	if class >= len(readBufs) {
+		return &readBuf{b: alignedBuf(n), class: -1}
+	}
+	if rb, ok := readBufs[class].Get().(*readBuf); ok {
+		rb.b = rb.b[:n]
+		return rb
+	}
+	b := alignedBuf(format.BlockSize << class)
+	return &readBuf{b: b[:n], class: class}
+}
+
+// put recycles the buffer; nothing may use it after. A nil buffer is fine.
+func (rb *readBuf) put() {
+	if rb == nil || rb.class < 0 {
+		return
+	}
+	rb.b = rb.b[:cap(rb.b)]
+	readBufs[rb.class].Put(rb)
+}
+
 // carve gives the read pieces their buffers (sizes are multiples of the
-// block size) as slices of one aligned allocation: one allocation per
-// request instead of one per piece.
-func carve(ps []*piece) {
+// block size) as slices of one aligned, recycled buffer: one per request
+// instead of one per piece. Put it back once every piece is done.
+func carve(ps []*piece) *readBuf {
 	total := 0
 	for _, p := range ps {
 		total += p.size
 	}
 	if total == 0 {
-		return
+		return nil
 	}
-	all := alignedBuf(total)
+	buf := getReadBuf(total)
+	all := buf.b
 	for _, p := range ps {
 		n := p.size
 		p.buf, all = all[:n:n], all[n:]
 	}
+	return buf
 }
 
 // Device is one SSD-tier device: its backing file, shard space, class
@@ -452,7 +495,7 @@ func (d *Device) serve(p *piece) {
 			err = fmt.Errorf("short read: %d of %d bytes", n, len(p.buf))
 		}
 	}
-	if time.Until(deadline) > 0 {
+	if !deadline.IsZero() && time.Until(deadline) > 0 { // zero: no model, no clock read
 		modelSleeper.until(deadline)
 	}
 	end := time.Now()

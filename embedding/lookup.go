@@ -3,7 +3,6 @@ package embedding
 import (
 	"encoding/binary"
 	"errors"
-	"slices"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -30,10 +29,9 @@ func (t *Table) ParseLookup(b []byte) (*wire.Request, error) {
 // scheduler, then gathered or pooled; done receives the encoded result.
 func (t *Table) Lookup(r *wire.Request, done func(result []byte)) {
 	rb := int(t.rowBytes)
-	uniq := slices.Clone(r.Indices)
-	slices.Sort(uniq)
-	uniq = slices.Compact(uniq)
-	rowData := make([]byte, len(uniq)*rb)
+	uniq, at := dedup(r.Indices, t.hdr.Rows)
+	rowBuf := getReadBuf(len(uniq) * rb) // recycled once the compute request has run
+	rowData := rowBuf.b
 	var pieces []*piece
 	var pins []*location
 	maxPiece := int64(t.tier.sched.cfg.MaxPiece)
@@ -80,13 +78,15 @@ func (t *Table) Lookup(r *wire.Request, done func(result []byte)) {
 		}
 		i = j
 	}
-	carve(pieces)
+	readBuf := carve(pieces)
 	t.tier.useful.Add(uint64(len(r.Indices) * rb))
 	t.tier.startAsync(len(r.Indices), len(r.Indices)*rb, pieces, func(err error) {
+		readBuf.put() // every piece is done; the rows are in rowData
 		for _, l := range pins {
 			l.refs.Add(-1)
 		}
 		if err != nil {
+			rowBuf.put()
 			t.tier.log.Error("embedding lookup failed", zap.Uint64("table_ino", uint64(t.in.Ino)), zap.Uint64("tag", r.Tag), zap.Error(err))
 			done(wire.EncodeResult(r.Tag, syscall.EIO, 0, 0, nil))
 			return
@@ -94,6 +94,6 @@ func (t *Table) Lookup(r *wire.Request, done func(result []byte)) {
 		// The loader only read: the gather or pooling is a compute
 		// request for the processing elements (DESIGN.md §Compute stage).
 		t.tier.compute.submit(&computeRequest{tag: r.Tag, ops: opsFor(r, t.hdr.Dtype), req: r, dtype: t.hdr.Dtype,
-			dim: int(t.hdr.Dim), rb: rb, uniq: uniq, rows: rowData, done: done})
+			dim: int(t.hdr.Dim), rb: rb, uniq: uniq, at: at, rows: rowData, release: rowBuf.put, done: done})
 	})
 }

@@ -1,6 +1,7 @@
 package embedding
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,8 @@ func second[T any](_ T, err error) error        { return err }
 func third[T, U any](_ T, _ U, err error) error { return err }
 
 // --compute-elements: auto, or a count from 0 (on the loaders); the
-// default leaves a core to FUSE and half a core per device to loaders.
+// default leaves a core to FUSE and half a core per device to loaders,
+// and is none when that leaves no core.
 func TestParseComputeElements(t *testing.T) {
 	for in, want := range map[string]int{"auto": ComputeAuto, "0": 0, "3": 3} {
 		if n, err := ParseComputeElements(in); err != nil || n != want {
@@ -70,9 +72,14 @@ func TestParseComputeElements(t *testing.T) {
 			t.Errorf("ParseComputeElements(%q) = %v, want an error naming the flag", in, err)
 		}
 	}
-	for _, devs := range []int{0, 1, 2, 8, 1000} {
-		if n := DefaultComputeElements(devs); n < 1 {
-			t.Errorf("DefaultComputeElements(%d) = %d, want at least 1", devs, n)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, devs, want int }{
+		{8, 2, 6}, {8, 4, 5}, {4, 1, 2}, {4, 2, 2}, {4, 4, 1},
+		{2, 1, 0}, {2, 2, 0}, {1, 0, 0}, {8, 1000, 0}, // no core left: on the loaders
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if n := DefaultComputeElements(c.devs); n != c.want {
+			t.Errorf("DefaultComputeElements(%d) at GOMAXPROCS %d = %d, want %d", c.devs, c.procs, n, c.want)
 		}
 	}
 }

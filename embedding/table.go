@@ -154,9 +154,10 @@ func (t *Table) ReadAt(p []byte, off int64) (int, error) {
 			pieces = append(pieces, pc)
 		}
 	}
-	carve(pieces)
+	buf := carve(pieces)
 	t.tier.useful.Add(uint64(n))
 	err := t.tier.run(rows, n, pieces)
+	buf.put() // every piece is done: run returned
 	for _, l := range pins {
 		l.refs.Add(-1)
 	}

@@ -248,6 +248,9 @@ func (t *Tier) Start() error {
 	t.pending = nil
 	t.compute = newComputeSched(cpuElements(t.nCPU)) // none: on the loaders, counted
 	t.compute.inlineRows = t.sched.cfg.Small
+	if t.sched.cfg.Mode == SizeAware { // fifo: one queue per element too
+		t.compute.classOf, t.compute.weights = t.sched.cfg.class, t.sched.cfg.Weights
+	}
 	for _, d := range t.att {
 		d.start()
 	}

@@ -100,7 +100,7 @@ func runMount(args []string) error {
 	classes := fl.String("classes", "128,512", "size-class thresholds in rows: SMALL,MEDIUM (classes <=SMALL, <=MEDIUM, larger)")
 	classWeights := fl.String("class-weights", "16,4,1", "pieces each size class (small,medium,large) takes per round-robin turn; 1,1,1 is plain round-robin")
 	maxPiece := fl.String("max-piece", "128KiB", "largest single loader transfer (a large request is split into pieces of at most this)")
-	computeEls := fl.String("compute-elements", "auto", "CPU processing elements that gather and pool embedding lookups' rows after the loaders read them: auto (GOMAXPROCS-1-ceil(devices/2), at least 1) or N; 0 pools on the loaders")
+	computeEls := fl.String("compute-elements", "auto", "CPU processing elements that gather and pool embedding lookups' rows after the loaders read them: auto (GOMAXPROCS-1-ceil(devices/2); none if no core is left) or N; 0 pools on the loaders")
 	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
 	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
 	migrate := fl.Duration("migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")

@@ -119,10 +119,10 @@ func printEmbedding(e *embedding.Status) {
 			d.Latency.P50, d.Latency.P99, float64(d.Space.Used)/(1<<30), float64(d.Space.Capacity)/(1<<30), d.Shards, d.Moves)
 	}
 	if len(e.Compute.Elements) == 0 {
-		fmt.Fprintf(w, "\ncompute: on the loaders (--compute-elements 0), %d requests\n", e.Compute.OnLoader)
+		fmt.Fprintf(w, "\ncompute: on the loaders (no compute elements), %d requests, %.2f s\n", e.Compute.OnLoader, e.Compute.OnLoaderSeconds)
 	} else {
-		fmt.Fprintf(w, "\ncompute: %d elements, wait p50/p99 %.0f/%.0f us, %d requests on the loaders\n",
-			len(e.Compute.Elements), e.Compute.Wait.P50, e.Compute.Wait.P99, e.Compute.OnLoader)
+		fmt.Fprintf(w, "\ncompute: %d elements, wait p50/p99 %.0f/%.0f us, %d requests on the loaders (%.2f s)\n",
+			len(e.Compute.Elements), e.Compute.Wait.P50, e.Compute.Wait.P99, e.Compute.OnLoader, e.Compute.OnLoaderSeconds)
 		fmt.Fprintln(w, "ELEMENT\tKIND\tOPS\tRANK\tQUEUED\tOUTSTANDING\tBUSY s\tCOMPLETIONS\tTAKEN")
 		for _, c := range e.Compute.Elements {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%d\t%d\n", c.Index, c.Kind, c.Ops, c.Rank, c.Queued, c.Outstanding,

@@ -69,6 +69,7 @@ var (
 	computeDone      = desc("dnnfs_embedding_compute_completions_total", "Compute requests a processing element completed.", "element", "kind")
 	computeTaken     = desc("dnnfs_embedding_compute_taken_total", "Compute requests a processing element took from another element's queue.", "element", "kind")
 	computeOnLoader  = desc("dnnfs_embedding_compute_on_loader_total", "Lookups gathered or pooled on the loader (--compute-elements 0).")
+	computeOnLoaderS = desc("dnnfs_embedding_compute_on_loader_seconds_total", "Time the loaders spent gathering or pooling lookups (time they did not read).")
 	computeWait      = desc("dnnfs_embedding_compute_wait_seconds", "Wait of a compute request from placement to an element's start.")
 	tierUseful       = desc("dnnfs_embedding_useful_bytes_total", "Bytes of rows returned to embedding readers (read amplification: device read bytes over these).")
 )
@@ -81,7 +82,7 @@ func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
 		classRows, classBytes, classLatency, devInfo, devQueued, devInFlight, devReads, devReadBytes, devWrites,
 		devWriteBytes, devErrors, devLatency, devCapacity, devUsed, devShards, devMoves, tierTables,
 		tierShards, tierReplicas, tierMoves, tierReplications, tierUseful, computeQueued, computeOutst, computeBusy,
-		computeDone, computeTaken, computeOnLoader, computeWait} {
+		computeDone, computeTaken, computeOnLoader, computeOnLoaderS, computeWait} {
 		ch <- d
 	}
 }
@@ -157,5 +158,6 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(computeTaken, float64(e.Taken), id, e.Kind)
 	}
 	counter(computeOnLoader, float64(s.Compute.OnLoader))
+	counter(computeOnLoaderS, s.Compute.OnLoaderSeconds)
 	ch <- summary(computeWait, s.Compute.Wait)
 }

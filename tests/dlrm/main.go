@@ -56,6 +56,9 @@ type config struct {
 	seed           uint64
 	computeOnly    bool // fill, then only the compute-stage comparison
 	computeRounds  int
+	computeLoads   string // light,heavy
+	computeDevices string // native,model,nvme
+	nvmeModel      string // a faster device model for the heavy load ("" = none)
 }
 
 func main() {
@@ -72,6 +75,9 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "random seed")
 	flag.BoolVar(&c.computeOnly, "compute-only", false, "fill, then run only the compute-stage comparison (reduction on the loaders vs on 1 and 2 compute elements)")
 	flag.IntVar(&c.computeRounds, "compute-rounds", 3, "interleaved rounds of the compute-stage comparison (medians are reported)")
+	flag.StringVar(&c.computeLoads, "compute-loads", "light,heavy", "loads of the compute-stage comparison: light (the workload above) and heavy (multi-hot: f16 tables, dim 128, weighted sums of ~40 rows)")
+	flag.StringVar(&c.computeDevices, "compute-devices", "native,model,nvme", "devices of the compute-stage comparison: native, model (-model), nvme (-nvme-model, heavy load only)")
+	flag.StringVar(&c.nvmeModel, "nvme-model", "bw=2GiB/s,lat=90us,channels=4,sector=512", "a faster device model the heavy load also runs under (empty: none)")
 	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -out without measuring")
 	flag.Parse()
 	if *reportOnly {
@@ -101,6 +107,9 @@ func main() {
 // ---------------------------------------------------------------------
 // Mounts
 
+// mountSeq numbers the mounts for DLRM_MOUNT_ARGS's {n}.
+var mountSeq atomic.Int64
+
 type mount struct {
 	c    config
 	mnt  string
@@ -117,7 +126,10 @@ func (c config) mountWith(args ...string) (*mount, error) {
 		full[len(full)-1] = filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
 	}
 	if extra := os.Getenv("DLRM_MOUNT_ARGS"); extra != "" {
-		full = append(full, strings.Fields(extra)...) // e.g. --cpuprofile FILE
+		// e.g. --cpuprofile /tmp/cpu-{n}.prof: {n} is the mount's
+		// sequence number, so each mount keeps its own profile.
+		extra = strings.ReplaceAll(extra, "{n}", fmt.Sprint(mountSeq.Add(1)))
+		full = append(full, strings.Fields(extra)...)
 	}
 	m.args = full
 	return m, m.start()
@@ -194,10 +206,18 @@ type lat struct {
 	P999 float64 `json:"p999_us"`
 }
 type tierStatus struct {
-	Classes          []classStat `json:"classes"`
-	UsefulBytes      uint64      `json:"useful_bytes"`
-	BackingReadBytes uint64      `json:"backing_read_bytes"`
-	ReadAmp          float64     `json:"read_amplification"`
+	Classes []classStat `json:"classes"`
+	Compute struct {
+		OnLoader        uint64  `json:"on_loader"`
+		OnLoaderSeconds float64 `json:"on_loader_seconds"`
+		Elements        []struct {
+			BusySeconds float64 `json:"busy_seconds"`
+			Completions uint64  `json:"completions"`
+		} `json:"elements"`
+	} `json:"compute"`
+	UsefulBytes      uint64  `json:"useful_bytes"`
+	BackingReadBytes uint64  `json:"backing_read_bytes"`
+	ReadAmp          float64 `json:"read_amplification"`
 }
 
 func (m *mount) status() tierStatus {
@@ -221,19 +241,38 @@ type table struct {
 	path string
 }
 
+// heavyDim is the heavy load's embedding dimension (f16 tables: rows of
+// 256 bytes, as the light load's dim-64 fp32 rows).
+const heavyDim = 128
+
 // value is the deterministic content of row r, element i of table t: the
 // benchmark checks sampled results against it.
 func value(t, r, i int) float32 { return float32((r*31+i*7+t)%1024) / 64 }
 
-func (c config) tables() []table {
+func (c config) tables(prefix string) []table {
 	var ts []table
 	for i, n := range criteoRows {
-		ts = append(ts, table{name: fmt.Sprintf("emb%02d", i), rows: min(n, c.cap)})
+		ts = append(ts, table{name: fmt.Sprintf("%s%02d", prefix, i), rows: min(n, c.cap)})
 	}
 	return ts
 }
 
-func fill(m *mount, ts []table, dim int) error {
+// f16 is v as an IEEE half: exact for the benchmark's values (0, or a
+// multiple of 1/64 below 16: a normal half with at most 10 mantissa bits).
+func f16(v float32) uint16 {
+	if v == 0 {
+		return 0
+	}
+	b := math.Float32bits(v)
+	return uint16(b>>16)&0x8000 | uint16(int(b>>23&0xff)-127+15)<<10 | uint16(b>>13)&0x3ff
+}
+
+// fill makes the tables (dtype f32 or f16) and writes every row's values.
+func fill(m *mount, ts []table, dim int, dtype string) error {
+	es := 4
+	if dtype == "f16" {
+		es = 2
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(ts))
 	sem := make(chan struct{}, 2)
@@ -245,7 +284,7 @@ func fill(m *mount, ts []table, dim int) error {
 			return err
 		}
 		f.Close()
-		if err := unix.Setxattr(t.path, "user.dnnfs.table", []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=f32", t.rows, dim)), 0); err != nil {
+		if err := unix.Setxattr(t.path, "user.dnnfs.table", []byte(fmt.Sprintf("rows=%d,dim=%d,dtype=%s", t.rows, dim, dtype)), 0); err != nil {
 			return fmt.Errorf("%s: make table: %w", t.path, err)
 		}
 		wg.Add(1)
@@ -259,16 +298,21 @@ func fill(m *mount, ts []table, dim int) error {
 				return
 			}
 			defer f.Close()
-			chunkRows := max(1, (1<<20)/(dim*4))
-			buf := make([]byte, chunkRows*dim*4)
+			chunkRows := max(1, (1<<20)/(dim*es))
+			buf := make([]byte, chunkRows*dim*es)
 			for r0 := 0; r0 < t.rows; r0 += chunkRows {
 				n := min(chunkRows, t.rows-r0)
 				for r := 0; r < n; r++ {
 					for i := 0; i < dim; i++ {
-						binary.LittleEndian.PutUint32(buf[(r*dim+i)*4:], math.Float32bits(value(ti, r0+r, i)))
+						v := value(ti, r0+r, i)
+						if es == 2 {
+							binary.LittleEndian.PutUint16(buf[(r*dim+i)*2:], f16(v))
+						} else {
+							binary.LittleEndian.PutUint32(buf[(r*dim+i)*4:], math.Float32bits(v))
+						}
 					}
 				}
-				if _, err := f.WriteAt(buf[:n*dim*4], int64(r0*dim*4)); err != nil {
+				if _, err := f.WriteAt(buf[:n*dim*es], int64(r0*dim*es)); err != nil {
 					errs <- fmt.Errorf("%s: %w", t.path, err)
 					return
 				}
@@ -332,11 +376,16 @@ func (ix *indexer) next() int64 {
 	return int64((ix.zipf.Uint64()*ix.mult + 12345) % uint64(ix.rows))
 }
 
-// poolingFactor: lognormal with mean 15, clipped to 1..200.
-func poolingFactor(rng *rand.Rand) int {
+// poolingFactor: lognormal with the mean (0: 15), sigma 1, clipped to
+// 1..200 (mean 15) or 1..500.
+func poolingFactor(rng *rand.Rand, mean float64) int {
 	const sigma = 1.0
-	mu := math.Log(15) - sigma*sigma/2
-	return int(min(200, max(1, math.Round(math.Exp(mu+sigma*rng.NormFloat64())))))
+	hi := 500.0
+	if mean == 0 {
+		mean, hi = 15, 200
+	}
+	mu := math.Log(mean) - sigma*sigma/2
+	return int(min(hi, max(1, math.Round(math.Exp(mu+sigma*rng.NormFloat64())))))
 }
 
 // stream is one open-loop arrival process: batches of a size, at a rate.
@@ -350,6 +399,11 @@ type stream struct {
 	// in flight (arrivals wait), for measuring capacity without building
 	// a backlog.
 	closed int
+	// The heavy load's: pooling factor mean (0: 15), per-row weights,
+	// the tables' dtype (0: f32).
+	pooling  float64
+	weighted bool
+	dtype    client.Dtype
 }
 
 type streamResult struct {
@@ -486,14 +540,22 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 				}
 				ti = (ti + 1) % len(ts)
 				var idx, offs []int64
+				var ws []float32
 				for b := 0; b < s.batch; b++ {
 					offs = append(offs, int64(len(idx)))
-					for k := poolingFactor(rng); k > 0; k-- {
+					for k := poolingFactor(rng, s.pooling); k > 0; k-- {
 						idx = append(idx, ixs[ti].next())
+						if s.weighted {
+							ws = append(ws, float32(rng.IntN(64)+1)/64) // exact in f32: the check is tight
+						}
 					}
 				}
+				dtype := s.dtype
+				if dtype == 0 {
+					dtype = client.F32
+				}
 				tag := tagSeq.Add(1)
-				req, err := client.EncodeLookup(tag, s.mode, client.F32, idx, offs, nil)
+				req, err := client.EncodeLookup(tag, s.mode, dtype, idx, offs, ws)
 				if err != nil {
 					firstErr.CompareAndSwap(nil, &err)
 					return
@@ -510,7 +572,11 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 							end = int(offs[1])
 						}
 						for k := 0; k < end; k++ {
-							want += float64(value(tab, int(idx[k]), i))
+							w := 1.0
+							if ws != nil {
+								w = float64(ws[k])
+							}
+							want += w * float64(value(tab, int(idx[k]), i))
 						}
 						if s.mode == client.Mean {
 							want /= float64(end)
@@ -733,7 +799,7 @@ func run(c config) error {
 	rep := report{When: time.Now().UTC().Format(time.RFC3339), Compare: map[string]float64{}, Fill: map[string]float64{},
 		Config: map[string]any{"tables": len(criteoRows), "cap": c.cap, "dim": c.dim, "dtype": "f32", "devices": c.devices,
 			"model": c.model, "point": c.point.String(), "quick": c.quick, "cpus": nproc()}}
-	ts := c.tables()
+	ts := c.tables("emb")
 	var totalRows int
 	for _, t := range ts {
 		totalRows += t.rows
@@ -748,7 +814,7 @@ func run(c config) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := fill(m, ts, c.dim); err != nil {
+	if err := fill(m, ts, c.dim, "f32"); err != nil {
 		m.stop()
 		return err
 	}
@@ -759,10 +825,24 @@ func run(c config) error {
 	for i := range ts {
 		ts[i].path = filepath.Join(m.mnt, ts[i].name)
 	}
+	// The heavy compute load's tables: the same row counts, f16, dim 128.
+	var hts []table
+	if strings.Contains(c.computeLoads, "heavy") {
+		hts = c.tables("mh")
+		t0 := time.Now()
+		if err := fill(m, hts, heavyDim, "f16"); err != nil {
+			m.stop()
+			return err
+		}
+		for i := range hts {
+			hts[i].path = filepath.Join(m.mnt, hts[i].name)
+		}
+		logf("filled %d f16 tables, dim %d, in %.1fs", len(hts), heavyDim, time.Since(t0).Seconds())
+	}
 
 	if c.computeOnly {
 		m.stop()
-		if err := computePhase(c, ts, &rep, logf); err != nil {
+		if err := computePhase(c, ts, hts, &rep, logf); err != nil {
 			return err
 		}
 		rep.Commands = []string{strings.Join(os.Args, " ")}
@@ -890,7 +970,7 @@ func run(c config) error {
 		m.stop()
 	}
 	// 3. The compute stage: the reduction on the loaders vs on elements.
-	if err := computePhase(c, ts, &rep, logf); err != nil {
+	if err := computePhase(c, ts, hts, &rep, logf); err != nil {
 		return err
 	}
 	if v := rep.Compare["small_p99_mixed_us_size"]; v > 0 {
@@ -916,27 +996,106 @@ func nproc() int {
 // stage), and on 1 and 2 CPU processing elements.
 var computeVariants = []struct{ name, arg string }{{"loader", "0"}, {"elements1", "1"}, {"elements2", "2"}}
 
-// computePhase measures the mixed DLRM load (small batch-4 and large
-// batch-64 sum lookups, closed loop, native devices: the CPU is the
-// bottleneck, which is where the reduction's placement matters) with each
-// compute variant, interleaved over rounds (the machine is shared and
-// noisy: each round runs every variant, the start rotating), and reports
-// medians of pooled rows/s and of the small stream's p99.
+// computeLoad is a load of the compute-stage comparison: its tables and
+// its two closed-loop streams, small (latency) and large (throughput).
+type computeLoad struct {
+	name         string // light, heavy
+	key          string // report keys: compute_<key><devices>_...
+	ts           []table
+	dim          int
+	small, large stream
+}
+
+// computeLoads: light is the DLRM workload above (fp32, dim 64, plain
+// sums of ~15 rows: a reduction of a few % of the loaders' time); heavy is
+// a multi-hot DLRM (DLRM-v2 style: tens to hundreds of rows per bag, f16
+// tables widened to f32, dim 128, weighted sums of ~40 rows), whose
+// reduction is ~4x the light one's per lookup (BenchmarkReduce). Its small stream is batch
+// 1 (~40 rows: the small size class, like the light load's batch 4).
+func computeLoads(c config, ts, hts []table) []computeLoad {
+	var out []computeLoad
+	if strings.Contains(c.computeLoads, "light") {
+		out = append(out, computeLoad{name: "light", key: "", ts: ts, dim: c.dim,
+			small: stream{name: "small b4", batch: 4, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 8},
+			large: stream{name: "large b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 16}})
+	}
+	if hts != nil {
+		out = append(out, computeLoad{name: "heavy", key: "heavy_", ts: hts, dim: heavyDim,
+			small: stream{name: "small b1", batch: 1, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 8, pooling: 40, weighted: true, dtype: client.F16},
+			large: stream{name: "large b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 16, pooling: 40, weighted: true, dtype: client.F16}})
+	}
+	return out
+}
+
+// computePhase measures the mixed DLRM loads (a small and a large stream
+// of sum lookups, closed loop) with each compute variant, interleaved
+// over rounds (the machine is shared and noisy: each round runs every
+// variant, the start rotating), and reports medians of pooled rows/s and
+// of the small stream's p99, with the machine's CPU use and the loaders'
+// time spent pooling.
 //
-// It runs twice: on native devices (the CPU is the bottleneck) and under
-// the device model (the loaders are: a reduction on a loader holds it).
-func computePhase(c config, ts []table, rep *report, logf func(string, ...any)) error {
-	for _, dev := range []string{"native", "model"} {
-		if err := computeRun(c, ts, rep, logf, dev); err != nil {
-			return err
+// Each load runs on native devices (the CPU is the bottleneck) and under
+// the device model (the loaders are: a reduction on a loader holds it);
+// the heavy load also under -nvme-model, a faster device whose I/O leaves
+// the reduction a larger share of a loader's time.
+func computePhase(c config, ts, hts []table, rep *report, logf func(string, ...any)) error {
+	for _, ld := range computeLoads(c, ts, hts) {
+		devs := []struct{ name, model string }{{"native", ""}, {"model", c.model}}
+		if ld.name == "heavy" && c.nvmeModel != "" {
+			devs = append(devs, struct{ name, model string }{"nvme", c.nvmeModel})
+			rep.Config["nvme_model"] = c.nvmeModel
+		}
+		for _, dev := range devs {
+			if !strings.Contains(c.computeDevices, dev.name) {
+				continue
+			}
+			if err := computeRun(c, ld, rep, logf, dev.name, dev.model); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func computeRun(c config, ts []table, rep *report, logf func(string, ...any), dev string) error {
+// cpuTimes is the machine's busy and total CPU time (/proc/stat, ticks).
+func cpuTimes() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	for i, v := range f[1:] {
+		var x float64
+		fmt.Sscan(v, &x)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
+}
+
+// procCPU is a process's user+system CPU seconds (/proc/PID/stat).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ut, st float64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func computeRun(c config, ld computeLoad, rep *report, logf func(string, ...any), dev, model string) error {
 	rows := map[string][]float64{}
 	p99 := map[string][]float64{}
+	busy := map[string][]float64{}
+	daemon := map[string][]float64{}
+	clientCPU := map[string][]float64{}
+	pooling := map[string][]float64{}
 	for round := 0; round < max(c.computeRounds, 1); round++ {
 		for k := range computeVariants {
 			v := computeVariants[(k+round)%len(computeVariants)]
@@ -944,17 +1103,21 @@ func computeRun(c config, ts []table, rep *report, logf func(string, ...any), de
 			if err != nil {
 				return err
 			}
-			if dev == "model" {
+			if model != "" {
 				m.stop()
-				m.withModel(c.model)
+				m.withModel(model)
 				if err := m.start(); err != nil {
 					return err
 				}
 			}
 			m.resetStats()
-			small := stream{name: "small b4", batch: 4, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 8}
-			large := stream{name: "large b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 16}
-			res, err := runPoint(m, ts, c.dim, []stream{small, large}, c.point, c.seed+uint64(round))
+			b0, t0 := cpuTimes()
+			d0, c0 := procCPU(m.cmd.Process.Pid), procCPU(os.Getpid())
+			w0 := time.Now()
+			res, err := runPoint(m, ld.ts, ld.dim, []stream{ld.small, ld.large}, c.point, c.seed+uint64(round))
+			wall := time.Since(w0).Seconds()
+			b1, t1 := cpuTimes()
+			d1, c1 := procCPU(m.cmd.Process.Pid), procCPU(os.Getpid())
 			st := m.status()
 			m.stop()
 			if err != nil {
@@ -963,9 +1126,22 @@ func computeRun(c config, ts []table, rep *report, logf func(string, ...any), de
 			pooled := res[0].RowsPerS + res[1].RowsPerS
 			rows[v.name] = append(rows[v.name], pooled)
 			p99[v.name] = append(p99[v.name], res[0].P99us)
-			rep.Points = append(rep.Points, point{Label: fmt.Sprintf("compute %s, %s devices (--compute-elements %s), round %d: small b4 + large b64, closed loop", v.name, dev, v.arg, round+1),
+			if t1 > t0 {
+				busy[v.name] = append(busy[v.name], (b1-b0)/(t1-t0))
+			}
+			daemon[v.name] = append(daemon[v.name], (d1-d0)/wall)
+			clientCPU[v.name] = append(clientCPU[v.name], (c1-c0)/wall)
+			// CPU seconds per second pooling: on the loaders, on the elements.
+			el := 0.0
+			for _, e := range st.Compute.Elements {
+				el += e.BusySeconds
+			}
+			pooling[v.name] = append(pooling[v.name], (st.Compute.OnLoaderSeconds+el)/wall)
+			rep.Points = append(rep.Points, point{Label: fmt.Sprintf("compute %s load %s, %s devices (--compute-elements %s), round %d: %s + %s, closed loop", ld.name, v.name, dev, v.arg, round+1, ld.small.name, ld.large.name),
 				Sched: "size", Streams: res, Server: st})
-			logf("compute %s %s round %d: pooled %.0f rows/s, small p99 %.0fus (errors %d/%d)", dev, v.name, round+1, pooled, res[0].P99us, res[0].Errors, res[1].Errors)
+			logf("compute %s %s %s round %d: pooled %.0f rows/s, small p99 %.0fus, machine CPU %.0f%%, daemon %.2f cores, client %.2f, pooling %.3f cores (on loaders %.2fs) (errors %d/%d, checked %d/%d)",
+				ld.name, dev, v.name, round+1, pooled, res[0].P99us, 100*busy[v.name][len(busy[v.name])-1], daemon[v.name][len(daemon[v.name])-1], clientCPU[v.name][len(clientCPU[v.name])-1],
+				pooling[v.name][len(pooling[v.name])-1], st.Compute.OnLoaderSeconds, res[0].Errors, res[1].Errors, res[0].Checked, res[1].Checked)
 		}
 	}
 	median := func(xs []float64) float64 {
@@ -979,10 +1155,14 @@ func computeRun(c config, ts []table, rep *report, logf func(string, ...any), de
 		}
 		return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
 	}
-	k := "compute_" + dev + "_"
+	k := "compute_" + ld.key + dev + "_"
 	for _, v := range computeVariants {
 		rep.Compare[k+"rows_s_"+v.name] = median(rows[v.name])
 		rep.Compare[k+"small_p99_us_"+v.name] = median(p99[v.name])
+		rep.Compare[k+"cpu_busy_"+v.name] = median(busy[v.name])
+		rep.Compare[k+"daemon_cores_"+v.name] = median(daemon[v.name])
+		rep.Compare[k+"client_cores_"+v.name] = median(clientCPU[v.name])
+		rep.Compare[k+"pooling_cores_"+v.name] = median(pooling[v.name])
 	}
 	rep.Compare["compute_rounds"] = float64(max(c.computeRounds, 1))
 	if base := rep.Compare[k+"rows_s_loader"]; base > 0 {

@@ -162,7 +162,8 @@ func close32(a, b []float32) bool {
 func TestTablesThroughTheMount(t *testing.T) {
 	pool := harness.Mkfs(t, "64MiB")
 	dirs := ssdDirs(t, 2)
-	fs := harness.Mount(t, pool, "--ssd", dirs[0], "--ssd", dirs[1]+":bw=400MiB/s,lat=50us,channels=2", "--migrate-interval", "0")
+	// Two compute elements whatever the cores (auto has none on 2 CPUs).
+	fs := harness.Mount(t, pool, "--ssd", dirs[0], "--ssd", dirs[1]+":bw=400MiB/s,lat=50us,channels=2", "--migrate-interval", "0", "--compute-elements", "2")
 	rng := rand.New(rand.NewPCG(1, 2))
 	const rows, dim = 6000, 32
 	path := fs.Path("emb")
