@@ -283,7 +283,7 @@ func open(path string, mode openMode) (_ Medium, err error) {
 				m.kind = Emulated
 			}
 		}
-		if m.kind == Emulated && !readOnly {
+		if m.kind == Emulated && !readOnly && !inMemoryFS(f) {
 			m.wbq, m.wbStop, m.wbDone = make(chan wbRange, writebackQueue), make(chan struct{}), make(chan struct{})
 			go m.writeback()
 		}
@@ -442,10 +442,23 @@ const (
 )
 
 func (m *fileMedium) kickWriteback(off, n int64) {
+	if m.wbq == nil {
+		return
+	}
 	select {
 	case m.wbq <- wbRange{off, n}:
 	default:
 	}
+}
+
+// inMemoryFS tells whether f lives on a file system whose pages are its
+// storage (tmpfs, ramfs): nothing to write back early.
+func inMemoryFS(f *os.File) bool {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		return false
+	}
+	return sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC
 }
 
 // writeback starts the write-back of queued ranges until Close, merging
