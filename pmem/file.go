@@ -403,7 +403,8 @@ func (m *fileMedium) Persist(off, n int64) error {
 // WriteAt stores p at off: a pwrite of the pool file on an emulated pool
 // (see Medium.WriteAt for why), a copy into the mapping otherwise. A
 // private map (OpenPrivate) takes the copy in this process only; a
-// read-only one refuses.
+// read-only one refuses. A large pwrite also starts its write-back (see
+// kickWriteback).
 func (m *fileMedium) WriteAt(p []byte, off int64) error {
 	if err := checkRange(off, int64(len(p)), int64(len(m.data))); err != nil {
 		return fmt.Errorf("%s: write: %w", m.path, err)
