@@ -168,6 +168,7 @@ type fileMedium struct {
 	readOnly bool // the pool file is never written
 	private  bool // readOnly, but stores into data succeed and stay in this process
 	key      fileKey
+	fd       int // f's descriptor
 
 	errMu    sync.Mutex
 	flushErr error         // first msync failure; returned by Close and Err
@@ -175,7 +176,15 @@ type fileMedium struct {
 
 	closeMu sync.Mutex
 	closed  bool
+
+	// Early write-back (emulated pools written through the file): ranges
+	// of large WriteAts for the write-back goroutine; see kickWriteback.
+	wbq            chan wbRange
+	wbStop, wbDone chan struct{}
 }
+
+// wbRange is a byte range [off, off+n) of the pool.
+type wbRange struct{ off, n int64 }
 
 // fileKey identifies an open pool within this process (see Open).
 type fileKey struct{ dev, ino uint64 }
@@ -243,7 +252,7 @@ func open(path string, mode openMode) (_ Medium, err error) {
 		return nil, err
 	}
 
-	m := &fileMedium{path: path, f: f, readOnly: readOnly, private: mode == modePrivate, key: key}
+	m := &fileMedium{path: path, f: f, fd: int(f.Fd()), readOnly: readOnly, private: mode == modePrivate, key: key}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		size, err := deviceSize(f)
@@ -273,6 +282,10 @@ func open(path string, mode openMode) (_ Medium, err error) {
 				m.data, err = mmap(f, st.Size, prot, unix.MAP_SHARED)
 				m.kind = Emulated
 			}
+		}
+		if m.kind == Emulated && !readOnly && !inMemoryFS(f) {
+			m.wbq, m.wbStop, m.wbDone = make(chan wbRange, writebackQueue), make(chan struct{}), make(chan struct{})
+			go m.writeback()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: map file: %w", path, err)
@@ -360,12 +373,7 @@ func (m *fileMedium) Flush(off, n int64) error {
 	end = min((end+ps-1)&^(ps-1), int64(len(m.data)))
 	if err := unix.Msync(m.data[start:end], unix.MS_SYNC); err != nil {
 		err = fmt.Errorf("%s: msync [%d, %d): %w", m.path, start, end, err)
-		m.errMu.Lock()
-		if m.flushErr == nil {
-			m.flushErr = err
-		}
-		m.errMu.Unlock()
-		m.wbErrs.Add(1)
+		m.noteFlushErr(err)
 		return err
 	}
 	return nil
@@ -395,7 +403,8 @@ func (m *fileMedium) Persist(off, n int64) error {
 // WriteAt stores p at off: a pwrite of the pool file on an emulated pool
 // (see Medium.WriteAt for why), a copy into the mapping otherwise. A
 // private map (OpenPrivate) takes the copy in this process only; a
-// read-only one refuses.
+// read-only one refuses. A large pwrite also starts its write-back (see
+// kickWriteback).
 func (m *fileMedium) WriteAt(p []byte, off int64) error {
 	if err := checkRange(off, int64(len(p)), int64(len(m.data))); err != nil {
 		return fmt.Errorf("%s: write: %w", m.path, err)
@@ -413,7 +422,95 @@ func (m *fileMedium) WriteAt(p []byte, off int64) error {
 		}
 		return fmt.Errorf("%s: write [%d, %d): %w", m.path, off, off+int64(len(p)), err)
 	}
+	if len(p) >= writebackMin {
+		m.kickWriteback(off, int64(len(p)))
+	}
 	return nil
+}
+
+// Early write-back: a WriteAt of at least writebackMin bytes into an
+// emulated pool hands its range to a goroutine that starts the write-back
+// of its pages at once (sync_file_range SYNC_FILE_RANGE_WRITE), as the
+// kernel's flusher would for a file past its dirty threshold. The msync of
+// the fsync that follows then finds most pages written or under way
+// instead of writing them all itself; a big file's fsync on a disk pool
+// took as long as writing it (DESIGN.md §An fsync). The writer never
+// waits for the disk: when the queue is full the range is left to the
+// flush.
+const (
+	writebackMin   = 128 << 10
+	writebackQueue = 64
+)
+
+func (m *fileMedium) kickWriteback(off, n int64) {
+	if m.wbq == nil {
+		return
+	}
+	select {
+	case m.wbq <- wbRange{off, n}:
+	default:
+	}
+}
+
+// inMemoryFS tells whether f lives on a file system whose pages are its
+// storage (tmpfs, ramfs): nothing to write back early.
+func inMemoryFS(f *os.File) bool {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		return false
+	}
+	return sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC
+}
+
+// writeback starts the write-back of queued ranges until Close, merging
+// ranges that touch.
+func (m *fileMedium) writeback() {
+	defer close(m.wbDone)
+	for {
+		var r wbRange
+		select {
+		case r = <-m.wbq:
+		case <-m.wbStop:
+			return
+		}
+	merge:
+		for {
+			select {
+			case q := <-m.wbq:
+				if q.off == r.off+r.n {
+					r.n += q.n
+					continue
+				}
+				m.startWriteback(r)
+				r = q
+			default:
+				break merge
+			}
+		}
+		m.startWriteback(r)
+	}
+}
+
+// startWriteback starts writing back r of the pool file without waiting.
+// A failure of the I/O reaches the next msync (the pool file's write-back
+// error). A failure returned here counts as a write-back failure (see
+// WritebackErrors): the kernel may have given up on the pages and cleaned
+// them, and then no later msync would report it.
+func (m *fileMedium) startWriteback(r wbRange) {
+	if err := unix.SyncFileRange(m.fd, r.off, r.n, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+		m.noteFlushErr(fmt.Errorf("%s: start write-back of [%d, %d): %w", m.path, r.off, r.off+r.n, err))
+	}
+}
+
+// noteFlushErr records a failed write-back: the first is kept for Err and
+// Close, and every one is counted.
+func (m *fileMedium) noteFlushErr(err error) {
+	m.errMu.Lock()
+	if m.flushErr == nil {
+		m.flushErr = err
+	}
+	m.errMu.Unlock()
+	m.wbErrs.Add(1)
 }
 
 // Fallocate backs [off, off+n) of an emulated pool's sparse file (clamped
@@ -513,6 +610,10 @@ func (m *fileMedium) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.wbStop != nil {
+		close(m.wbStop)
+		<-m.wbDone
+	}
 	errs := []error{m.Err()}
 	if m.data != nil {
 		if err := unix.Munmap(m.data); err != nil {
