@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -44,7 +45,7 @@ func (d *debugLog) requestSizes(op string) []int {
 
 // TestRequestSize: a large pwrite and pread on a direct-I/O handle reach
 // the daemon as requests of the largest size the mount negotiated
-// (MaxRequest: maxWrite, or less where the kernel's max_pages_limit is
+// (MaxRequest: 1 MiB and a page, or less where the kernel's max_pages_limit is
 // lower), not as go-fuse's 128 KiB default or the kernel's 32 pages.
 func TestRequestSize(t *testing.T) {
 	dl := &debugLog{}
@@ -76,6 +77,54 @@ func TestRequestSize(t *testing.T) {
 		sizes := dl.requestSizes(op)
 		if fmt.Sprint(sizes) != fmt.Sprint([]int{want, want, want}) {
 			t.Errorf("%s requests of a %d-byte call: %v, want 3 of %d", op, len(data), sizes, want)
+		}
+	}
+}
+
+// TestUnalignedRequest: a 1 MiB pwrite and pread from a buffer 16 bytes
+// into a page (glibc's large malloc blocks, fio's buffers) go as one
+// request where fs.fuse.max_pages_limit allows 257 pages (MaxRequest asks
+// for them), and as 1 MiB less 16 bytes then 16 where it does not.
+func TestUnalignedRequest(t *testing.T) {
+	dl := &debugLog{}
+	mnt, _ := mountPoolWith(t, false, false, func(o *gofs.Options) {
+		o.Debug = true
+		o.MountOptions.Logger = log.New(dl, "", 0)
+	})
+	const n, skew = 1 << 20, 16
+	want := []int{n}
+	if limit, split := SplitsUnaligned(); split {
+		t.Logf("fs.fuse.max_pages_limit is %d: the call goes as two requests", limit)
+		want = []int{n - skew, skew}
+	}
+	mem, err := unix.Mmap(-1, 0, n+2*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	buf := mem[skew : skew+n]
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>12)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if k, err := unix.Pwrite(int(f.Fd()), buf, 0); err != nil || k != n {
+		t.Fatalf("pwrite = %d, %v", k, err)
+	}
+	wrote := slices.Clone(buf)
+	clear(buf)
+	if k, err := unix.Pread(int(f.Fd()), buf, 0); err != nil || k != n {
+		t.Fatalf("pread = %d, %v", k, err)
+	}
+	if !bytes.Equal(buf, wrote) {
+		t.Fatal("read back differs from what was written")
+	}
+	for _, op := range []string{"WRITE", "READ"} {
+		if got := dl.requestSizes(op); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s requests of a 1 MiB call from a buffer %d bytes into a page: %v, want %v", op, skew, got, want)
 		}
 	}
 }

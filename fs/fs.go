@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,23 +40,46 @@ type Options struct {
 	Cluster *cluster.Node
 }
 
-// maxWrite is the largest FUSE write (and read) request: 256 pages, the
-// kernel's default fs.fuse.max_pages_limit; larger requests (with the
-// limit raised) did not measure faster (DESIGN.md, "FUSE data path").
-const maxWrite = 1 << 20
+// maxPayload is the most data a READ or WRITE request carries from a
+// buffer that starts on a page: 1 MiB (256 pages, the kernel's default
+// fs.fuse.max_pages_limit); larger requests (with the limit raised) did
+// not measure faster (DESIGN.md, "The FUSE data path").
+const maxPayload = 1 << 20
 
 // MaxRequest is the largest READ or WRITE request a mount asks the kernel
-// for: maxWrite, or less where the kernel allows fewer pages per request
-// (fs.fuse.max_pages_limit; go-fuse clamps MaxWrite the same way).
+// for: maxPayload plus one page, or less where the kernel allows fewer
+// pages per request (fs.fuse.max_pages_limit; go-fuse clamps MaxWrite the
+// same way). The extra page is for buffers that do not start on a page
+// (fio's, a Python bytes object's, glibc's large malloc blocks 16 bytes
+// into their first page): a 1 MiB read(2) or write(2) from one spans 257
+// pages, and with 256 the kernel sends it as two requests, 1 MiB less the
+// buffer's offset in its page and then the rest (README, "Tuning").
 func MaxRequest() int {
+	ps := os.Getpagesize()
+	return min(maxPayload+ps, maxPagesLimit()*ps)
+}
+
+// maxPagesLimit is the kernel's fs.fuse.max_pages_limit.
+func maxPagesLimit() int {
 	pages := 256 // the kernel's limit before the sysctl existed (Linux 4.20 to 6.12)
 	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
 			pages = n
 		}
 	}
-	return min(maxWrite, pages*os.Getpagesize())
+	return pages
 }
+
+// SplitsUnaligned reports whether this kernel sends a 1 MiB read(2) or
+// write(2) from a buffer not starting on a page as two requests (see
+// MaxRequest): the mount logs how to lift it.
+func SplitsUnaligned() (limit int, split bool) {
+	limit = maxPagesLimit()
+	return limit, limit*os.Getpagesize() < maxPayload+os.Getpagesize()
+}
+
+// maxRequest is MaxRequest when the first mount of this process asked.
+var maxRequest = sync.OnceValue(MaxRequest)
 
 // SetReadAhead sets the read-ahead window of the mount on mnt to the
 // largest request (MaxRequest). Reads through the page cache (read-only
@@ -187,7 +211,7 @@ func MountOptions(poolPath string, allowOther bool, log *zap.Logger) *gofs.Optio
 		MountOptions: fuse.MountOptions{
 			FsName:     poolPath,
 			Name:       "dnnfs",
-			MaxWrite:   maxWrite,
+			MaxWrite:   maxRequest(),
 			AllowOther: allowOther,
 			// Permission checks by the kernel from our mode bits.
 			Options:       []string{"default_permissions"},

@@ -382,6 +382,11 @@ func runMount(args []string) error {
 		}
 		warn("read-ahead stays at the kernel's default (128 KiB): page-cache reads go as small requests", zap.String("mountpoint", mnt), zap.Error(err))
 	}
+	if limit, split := dfs.SplitsUnaligned(); split {
+		log.Info("a 1 MiB read or write from a buffer that does not start on a page goes as two FUSE requests; "+
+			"`sysctl fs.fuse.max_pages_limit=257` (or more) before mounting lets it go as one (README, Tuning)",
+			zap.Int("max_pages_limit", limit), zap.Int("max_request_bytes", dfs.MaxRequest()))
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
