@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -393,7 +394,12 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 	default:
 		return bad(&wire.FieldError{Field: "length", Msg: fmt.Sprintf("write at offset %d continues no request", off)})
 	}
-	last := len(data) < maxWrite // a full chunk may be followed by more
+	// The kernel splits a write(2) larger than a request into requests of
+	// at most maxRequest() bytes and as many pages: from a buffer not
+	// starting on a page, the ones before the last are up to a page less
+	// than that. A chunk that long may be followed by more; a shorter one
+	// ends the write(2).
+	last := len(data) <= maxRequest()-os.Getpagesize()
 	total := wire.RequestLength(h.asm)
 	switch {
 	case total == 0 && last:
@@ -409,7 +415,10 @@ func (l *lookupNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte,
 	}
 	req := h.asm
 	h.asm = nil
-	return l.submit(h, req, bad)
+	if _, errno := l.submit(h, req, bad); errno != 0 {
+		return 0, errno
+	}
+	return uint32(len(data)), 0 // this chunk's bytes: the kernel refuses a count past them (EIO)
 }
 
 // submit (h.mu held) parses a whole request and hands it to the scheduler.

@@ -565,6 +565,47 @@ func TestEmptyRequestsAndReusedInodes(t *testing.T) {
 	}
 }
 
+// TestLargeRequestFromUnalignedBuffer: a lookup request of several MiB
+// written from a buffer that does not start on a page (a Python bytes
+// object's does not) reaches the daemon as chunks a page shorter than the
+// mount's largest request, and is reassembled, not refused as truncated.
+func TestLargeRequestFromUnalignedBuffer(t *testing.T) {
+	pool := harness.Mkfs(t, "16MiB")
+	fs := harness.Mount(t, pool, "--ssd", ssdDirs(t, 1)[0])
+	rng := rand.New(rand.NewPCG(9, 10))
+	path := fs.Path("t")
+	const rows, dim = 1000, 4
+	w := makeTable(t, path, rows, dim, "4KiB", rng)
+	lf, err := os.OpenFile(path+".lookup", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	for _, n := range []int{200_000, 300_000} { // 1.6 and 2.4 MB requests
+		idx := make([]int64, n)
+		for i := range idx {
+			idx[i] = int64(rng.IntN(rows))
+		}
+		offs := []int64{0, int64(n / 3)}
+		req := request(uint64(n), 2, idx, offs, nil) // mean: a float32 sum of ~10^5 rows strays too far from a float64 one
+		mem, err := unix.Mmap(-1, 0, len(req)+2*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := mem[33 : 33+len(req)] // as a bytes object's data
+		copy(buf, req)
+		k, err := unix.Write(int(lf.Fd()), buf)
+		unix.Munmap(mem)
+		if err != nil || k != len(req) {
+			t.Fatalf("%d-byte request from a buffer 33 bytes into a page: write = %d, %v", len(req), k, err)
+		}
+		r := readResult(t, lf)
+		if r.status != 0 || r.tag != uint64(n) || r.count != len(offs) || !close32(r.payload, pooled(w, dim, idx, offs, nil, true)) {
+			t.Fatalf("%d-byte request: result status %d tag %d count %d, or means differ", len(req), r.status, r.tag, r.count)
+		}
+	}
+}
+
 // TestPythonEmbeddingBagExample runs the Python client's EmbeddingBag
 // example (numpy, and torch when installed) against a mount.
 func TestPythonEmbeddingBagExample(t *testing.T) {
