@@ -151,14 +151,10 @@ type computeElement struct {
 	el   element
 	ops  OpSet
 	rank int // preference: lower is placed on first
-	// queues are per size class, taken in weighted round-robin as the
-	// devices' class queues are (DESIGN.md §Size-aware scheduler): a
-	// medium lookup does not wait behind every large reduction placed
-	// before it.
-	queues  [maxClasses][]*computeRequest
-	queued  int
-	rr      int        // class whose turn it is
-	credit  int        // picks left in that class's turn
+	// pending is per size class, taken in weighted round-robin as a
+	// device's pieces are (classQueues): a medium lookup does not wait
+	// behind every large reduction placed before it.
+	pending classQueues[*computeRequest]
 	running bool       // its worker is running a request (not waiting for one)
 	wake    *sync.Cond // on computeSched.mu
 	outst   int        // the scheduler's view: placed, minus completions drained from the ready queue
@@ -288,14 +284,13 @@ func (s *computeSched) submit(r *computeRequest) {
 	if s.classOf != nil {
 		r.class = s.classOf(len(r.req.Indices))
 	}
-	e.queues[r.class] = append(e.queues[r.class], r)
-	e.queued++
+	e.pending.push(r.class, r)
 	e.wake.Signal()
 	// It waits behind e's running request: a superset element with an
 	// empty queue may take it.
 	if e.running {
 		for _, o := range s.els {
-			if o != e && o.queued == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
+			if o != e && o.pending.n == 0 && o.ops.Has(e.ops) && o.ops != e.ops {
 				o.wake.Signal()
 			}
 		}
@@ -320,7 +315,7 @@ func (s *computeSched) inlineRun(r *computeRequest) {
 }
 
 // take is an element's next request: the next of its own queues
-// (popLocked), else the next of the element with the most queued that it
+// (classQueues.pop), else the next of the element with the most queued that it
 // may take from and that is busy (an idle one takes its own). nil once
 // closing and no work is left for it.
 func (s *computeSched) take(e *computeElement) *computeRequest {
@@ -328,18 +323,18 @@ func (s *computeSched) take(e *computeElement) *computeRequest {
 	defer s.mu.Unlock()
 	e.running = false
 	for {
-		if e.queued > 0 {
+		if e.pending.n > 0 {
 			e.running = true
-			return s.popLocked(e)
+			return e.pending.pop(&s.weights)
 		}
 		var v *computeElement
 		for _, o := range e.victims {
-			if o.running && o.queued > 0 && (v == nil || o.queued > v.queued) {
+			if o.running && o.pending.n > 0 && (v == nil || o.pending.n > v.pending.n) {
 				v = o
 			}
 		}
 		if v != nil {
-			r := s.popLocked(v)
+			r := v.pending.pop(&s.weights)
 			s.drainReadyLocked()
 			// The work moves: the victim's count drops, the thief's rises.
 			v.outst--
@@ -354,29 +349,6 @@ func (s *computeSched) take(e *computeElement) *computeRequest {
 		}
 		e.wake.Wait()
 	}
-}
-
-// popLocked takes e's next request: weighted round-robin over its
-// non-empty class queues (a class's turn is up to its weight of
-// requests), FIFO within each, as Device.next. e has one queued. Caller
-// holds s.mu.
-func (s *computeSched) popLocked(e *computeElement) *computeRequest {
-	if e.credit <= 0 || len(e.queues[e.rr]) == 0 {
-		for i := 1; i <= maxClasses; i++ {
-			c := (e.rr + i) % maxClasses
-			if len(e.queues[c]) > 0 {
-				e.rr, e.credit = c, max(s.weights[c], 1)
-				break
-			}
-		}
-	}
-	q := e.queues[e.rr]
-	r := q[0]
-	q[0] = nil
-	e.queues[e.rr] = q[1:]
-	e.queued--
-	e.credit--
-	return r
 }
 
 func (s *computeSched) worker(e *computeElement) {
@@ -451,7 +423,7 @@ func (s *computeSched) status() ComputeStatus {
 	s.drainReadyLocked()
 	for _, e := range s.els {
 		cs.Elements = append(cs.Elements, ElementStatus{Index: e.idx, Kind: e.el.kind(), Ops: e.ops.String(), Rank: e.rank,
-			Queued: e.queued, Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
+			Queued: e.pending.n, Outstanding: e.outst, BusySeconds: float64(e.busyNs.Load()) / 1e9,
 			Completions: e.runs.Load(), Taken: e.steals.Load()})
 	}
 	s.mu.Unlock()

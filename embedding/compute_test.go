@@ -2,9 +2,7 @@ package embedding
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -53,14 +51,7 @@ func randCompute(rng *rand.Rand, tag uint64, mode wire.Mode, dtype uint8, dim in
 		for i := 0; i < dim; i++ {
 			v := float32(rng.NormFloat64() * 3)
 			row := rows[r*rb:]
-			switch dtype {
-			case format.DtypeF32:
-				binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
-			case format.DtypeF16:
-				binary.LittleEndian.PutUint16(row[2*i:], f32ToF16(v))
-			case format.DtypeBF16:
-				binary.LittleEndian.PutUint16(row[2*i:], uint16(math.Float32bits(v)>>16))
-			}
+			putValue(row, dtype, i, v)
 		}
 	}
 	uniq := make([]int64, nrows)
@@ -478,14 +469,7 @@ func benchCompute(rng *rand.Rand, dtype uint8, dim, bags, pooling, nuniq int, we
 		for i := 0; i < dim; i++ {
 			v := float32(rng.NormFloat64() * 0.05) // trained embeddings are small
 			row := rows[r*rb:]
-			switch dtype {
-			case format.DtypeF32:
-				binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
-			case format.DtypeF16:
-				binary.LittleEndian.PutUint16(row[2*i:], f32ToF16(v))
-			case format.DtypeBF16:
-				binary.LittleEndian.PutUint16(row[2*i:], uint16(math.Float32bits(v)>>16))
-			}
+			putValue(row, dtype, i, v)
 		}
 	}
 	uniq := make([]int64, nuniq)

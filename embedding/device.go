@@ -231,10 +231,7 @@ type Device struct {
 
 	qmu     sync.Mutex
 	qcond   *sync.Cond
-	queues  [maxClasses][]*piece
-	queued  int
-	rr      int // class whose turn it is
-	credit  int // picks left in that class's turn
+	pending classQueues[*piece]
 	weights [maxClasses]int
 	closing bool
 	loaders sync.WaitGroup
@@ -394,63 +391,37 @@ func (d *Device) close() {
 // enqueue adds pieces to the device's class queue.
 func (d *Device) enqueue(class int, ps ...*piece) {
 	d.qmu.Lock()
-	d.queues[class] = append(d.queues[class], ps...)
-	d.queued += len(ps)
+	d.pending.push(class, ps...)
 	d.qmu.Unlock()
 	for range min(len(ps), d.model.Channels) { // more wake-ups than loaders find nothing
 		d.qcond.Signal()
 	}
 }
 
-// next takes the next piece: weighted round-robin over the non-empty
-// class queues — a class's turn is up to its weight of pieces, then the
-// next non-empty class's — FIFO within each (the manager's rule,
-// DESIGN.md §Size-aware scheduler; weights 1,1,1 are plain round-robin).
+// next takes the next piece (classQueues.pop), waiting for one.
 func (d *Device) next() *piece {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
-	for d.queued == 0 {
+	for d.pending.n == 0 {
 		if d.closing {
 			return nil
 		}
 		d.qcond.Wait()
 	}
-	if d.credit <= 0 || len(d.queues[d.rr]) == 0 {
-		for i := 1; i <= maxClasses; i++ {
-			c := (d.rr + i) % maxClasses
-			if len(d.queues[c]) > 0 {
-				d.rr, d.credit = c, max(d.weights[c], 1)
-				break
-			}
-		}
-	}
-	q := d.queues[d.rr]
-	if len(q) == 0 {
-		panic("embedding: queued count disagrees with the queues")
-	}
-	p := q[0]
-	q[0] = nil
-	d.queues[d.rr] = q[1:]
-	d.queued--
-	d.credit--
-	return p
+	return d.pending.pop(&d.weights)
 }
 
 // queueLen is the pieces waiting (for replica choice and status).
 func (d *Device) queueLen() int {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
-	return d.queued
+	return d.pending.n
 }
 
 func (d *Device) classDepths() [maxClasses]int {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
-	var n [maxClasses]int
-	for i, q := range d.queues {
-		n[i] = len(q)
-	}
-	return n
+	return d.pending.depths()
 }
 
 func (d *Device) loader() {

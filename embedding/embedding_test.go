@@ -105,14 +105,7 @@ func (tt *testTier) table(name string, rows uint64, dim uint32, dtype uint8, rng
 		row := data[r*rb : (r+1)*rb]
 		for i := 0; i < int(dim); i++ {
 			v := float32(rng.NormFloat64())
-			switch dtype {
-			case format.DtypeF32:
-				binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
-			case format.DtypeF16:
-				binary.LittleEndian.PutUint16(row[2*i:], f32ToF16(v))
-			case format.DtypeBF16:
-				binary.LittleEndian.PutUint16(row[2*i:], uint16(math.Float32bits(v)>>16))
-			}
+			putValue(row, dtype, i, v)
 		}
 	}
 	// Write in uneven chunks: exercises unaligned and aligned paths.
@@ -844,4 +837,16 @@ func TestLargeNotStarvedBySmall(t *testing.T) {
 	}
 	close(stop)
 	smallDone.Wait()
+}
+
+// putValue stores v as value i of a row of dtype.
+func putValue(row []byte, dtype uint8, i int, v float32) {
+	switch dtype {
+	case format.DtypeF32:
+		binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(v))
+	case format.DtypeF16:
+		binary.LittleEndian.PutUint16(row[2*i:], f32ToF16(v))
+	case format.DtypeBF16:
+		binary.LittleEndian.PutUint16(row[2*i:], uint16(math.Float32bits(v)>>16))
+	}
 }

@@ -232,3 +232,54 @@ func (r *request) finish() {
 	}
 	r.onDone(err)
 }
+
+// classQueues is one FIFO per size class, taken in weighted round-robin:
+// a class's turn is up to its weight of items, then the next non-empty
+// class's (the manager's rule, DESIGN.md §Size-aware scheduler; weights
+// 1,1,1 are plain round-robin). A device queues pieces on it, a compute
+// element requests. Its owner's lock guards it.
+type classQueues[T any] struct {
+	q      [maxClasses][]T
+	n      int // items in all classes
+	rr     int // class whose turn it is
+	credit int // picks left in that class's turn
+}
+
+func (c *classQueues[T]) push(class int, vs ...T) {
+	c.q[class] = append(c.q[class], vs...)
+	c.n += len(vs)
+}
+
+// pop takes the next item; c must hold one. weights[i] is class i's picks
+// per turn (0 counts as 1).
+func (c *classQueues[T]) pop(weights *[maxClasses]int) T {
+	if c.credit <= 0 || len(c.q[c.rr]) == 0 {
+		for i := 1; i <= maxClasses; i++ {
+			k := (c.rr + i) % maxClasses
+			if len(c.q[k]) > 0 {
+				c.rr, c.credit = k, max(weights[k], 1)
+				break
+			}
+		}
+	}
+	q := c.q[c.rr]
+	if len(q) == 0 {
+		panic("embedding: class queues' count disagrees with the queues")
+	}
+	v := q[0]
+	var zero T
+	q[0] = zero
+	c.q[c.rr] = q[1:]
+	c.n--
+	c.credit--
+	return v
+}
+
+// depths is each class's queue length.
+func (c *classQueues[T]) depths() [maxClasses]int {
+	var n [maxClasses]int
+	for i, q := range c.q {
+		n[i] = len(q)
+	}
+	return n
+}
