@@ -46,17 +46,6 @@ const (
 	closeWait = 5 * time.Second
 )
 
-var (
-	// ErrNotDnnfs: the file is not on a dnnfs mount.
-	ErrNotDnnfs = errors.New("not on a dnnfs mount")
-	// ErrSessionConflict: the file has an open session this call cannot
-	// resume (another mode, size or thread count).
-	ErrSessionConflict = errors.New("the file has an open session this call cannot resume")
-	// ErrIncomplete: an unfinished write session is open on a file being
-	// loaded, so its contents are not all there.
-	ErrIncomplete = errors.New("the file has an unfinished write session: its contents are incomplete")
-)
-
 // Stats says what a Save or Load did.
 type Stats struct {
 	Size    int64         // file size

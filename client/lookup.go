@@ -72,15 +72,6 @@ const (
 // ParseDtype reads f32, f16 or bf16 (or float32, float16, bfloat16).
 func ParseDtype(s string) (Dtype, error) { return wire.ParseDtype(s) }
 
-var (
-	// ErrBadResult: a result that does not follow the wire format, or
-	// does not fit its request (count, dtype, payload size).
-	ErrBadResult = wire.ErrBadResult
-	// ErrNothingInFlight: Next was called with no Submit'ed request left
-	// to return (the request file's 0-byte read).
-	ErrNothingInFlight = errors.New("no lookup request in flight")
-)
-
 // EncodeLookup builds one request. indices are row numbers (>= 0; the
 // file system checks them against the table's rows). offsets start the
 // bags as in torch.nn.EmbeddingBag: bag j is indices[offsets[j]:

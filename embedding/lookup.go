@@ -2,7 +2,6 @@ package embedding
 
 import (
 	"encoding/binary"
-	"errors"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -11,12 +10,6 @@ import (
 )
 
 var le = binary.LittleEndian
-
-// ErrInvalid: a bad migration request.
-var ErrInvalid = errors.New("invalid request")
-
-// ErrPastEnd: a write at or past a table's end (its size is fixed).
-var ErrPastEnd = errors.New("write past the end of the table (its size is fixed by rows x dim)")
 
 // ParseLookup decodes a request file's request (package wire's format)
 // and checks it against the table's rows and dtype.

@@ -1,7 +1,6 @@
 package embedding
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -54,9 +53,6 @@ func (m *migrator) stop() {
 		m.stopc = nil
 	}
 }
-
-// ErrMoving: another move of the same shard is under way.
-var ErrMoving = errors.New("the shard is being moved")
 
 // Balancing policy thresholds.
 const (

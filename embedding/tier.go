@@ -20,12 +20,6 @@ import (
 	"github.com/dnnfs/dnnfs/internal/kv"
 )
 
-// ErrNoTier: the mount has no SSD-tier device (mount with --ssd DIR).
-var ErrNoTier = errors.New("no SSD-tier device: mount with --ssd DIR to use embedding tables")
-
-// ErrNoSpace: no device has room for a shard.
-var ErrNoSpace = errors.New("no SSD-tier device has room")
-
 // Weights are the placement weights (DESIGN.md §Placement): free space, bandwidth,
 // and spread (negative weight on devices already holding shards of the
 // same table).

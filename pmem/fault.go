@@ -1,15 +1,10 @@
 package pmem
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 )
-
-// ErrInjected is a panic value for crash callbacks: recover can tell an
-// injected crash from a real failure.
-var ErrInjected = errors.New("pmem: injected fault")
 
 // Faulty wraps a Medium to inject faults: a crash after a chosen fence
 // (wrap a Recorder to get the crash image too), failing flushes, and (with

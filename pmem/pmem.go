@@ -1,7 +1,6 @@
 package pmem
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -59,22 +58,6 @@ type Medium interface {
 	// Close unmaps the pool and releases the pool lock.
 	Close() error
 }
-
-// Sentinel errors.
-var (
-	// ErrInUse: another process holds the pool lock (a daemon has it mounted,
-	// or fsck/recover is running). The wrapping error names the holder's pid.
-	ErrInUse = errors.New("pool is in use by another process")
-	// ErrExists: Create was asked to overwrite an existing pool without force.
-	ErrExists = errors.New("pool already exists")
-	// ErrTooSmall: the requested or found size cannot hold a file system.
-	ErrTooSmall = errors.New("pool too small")
-	// ErrNoSpace: WriteAt or Fallocate found the file system holding the
-	// pool file full.
-	ErrNoSpace = errors.New("the file system holding the pool file is full")
-	// ErrRange: an operation named bytes outside the pool.
-	ErrRange = errors.New("range outside the pool")
-)
 
 // WritebackErrors is implemented by media that may report a write-back
 // failure to a Flush of another range (msync reports the pool file's

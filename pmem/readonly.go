@@ -3,16 +3,12 @@
 package pmem
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// ErrReadOnly: a store was asked of a medium opened with OpenReadOnly.
-var ErrReadOnly = errors.New("pool is open read-only")
 
 // openMode says how open maps the pool.
 type openMode int

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -288,10 +287,6 @@ func DecodeRequest(b []byte, rows uint64, dtype Dtype) (*Request, error) {
 	}
 	return r, nil
 }
-
-// ErrBadResult: a result that does not follow the format, or does not
-// fit its request (count, dtype, payload size).
-var ErrBadResult = errors.New("malformed lookup result")
 
 // StatusError is a request the file system failed (a non-zero result
 // status): errors.Is(err, syscall.EIO) says a device failed.

@@ -20,15 +20,6 @@ import (
 	"github.com/dnnfs/dnnfs/embedding"
 )
 
-// ErrNotLoopback: a metrics address whose host is empty (every interface)
-// or not a loopback address, without the flag that allows it. The metrics
-// name files' activity and the pool's layout, so they stay on the host
-// unless the administrator says otherwise.
-var ErrNotLoopback = errors.New("not a loopback address, so other hosts could read the metrics (add --metrics-allow-remote to allow it)")
-
-// ErrBadAddr: a metrics address that is not HOST:PORT.
-var ErrBadAddr = errors.New("want HOST:PORT, e.g. 127.0.0.1:9464")
-
 // CheckAddr checks a --metrics-listen address: HOST:PORT with a numeric
 // port, and a loopback host (localhost, 127.0.0.0/8, ::1) unless
 // allowRemote.

@@ -8,12 +8,6 @@ import (
 	"strings"
 )
 
-// ErrZero: a size of 0, where a positive one is needed.
-var ErrZero = errors.New("must be more than 0")
-
-// ErrTooLarge: a size that does not fit in an int64 (8 EiB - 1).
-var ErrTooLarge = errors.New("too large (the largest size is 8EiB-1)")
-
 // suffixes are tried in order: every longer suffix before its own tail
 // ("KiB" and "KB" before "B").
 var suffixes = []struct {

@@ -1,16 +1,10 @@
 package seglog
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/dnnfs/dnnfs/format"
 )
-
-// ErrGeometry: Split was asked for segments that cannot be: no segments,
-// more than format.MaxThreads, an empty file, or fewer 4 KiB blocks than
-// segments.
-var ErrGeometry = errors.New("session size cannot be split into that many segments")
 
 // Segment is one segment's persistent state: the file bytes [Start, End)
 // one thread works on, its resume point and its F_log entry's fields.

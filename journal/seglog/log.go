@@ -1,7 +1,6 @@
 package seglog
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -10,13 +9,6 @@ import (
 	"github.com/dnnfs/dnnfs/journal"
 	"github.com/dnnfs/dnnfs/pmem"
 )
-
-// ErrNotDurable: a persist of the log, or a flush of the data a tail move
-// covers, failed: the media may not hold what the mapping shows. After a
-// failed Create nothing references the log; after a failed MoveTail the
-// Tail_ptr on media is the old one or, if only its own persist failed,
-// possibly the new one over data that is durable.
-var ErrNotDurable = errors.New("segment log not durable")
 
 // Log is an open session's log area on the medium: the stores and
 // persists of its persist steps. Its methods do no locking: the caller

@@ -2,40 +2,10 @@ package seglog
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/dnnfs/dnnfs/format"
-)
-
-// Sentinel errors of Read and Check. Each also wraps the codec's
-// format.ErrBadChecksum or format.ErrCorrupt when a decode failed.
-var (
-	// ErrNoLog: Read was given inode fields that name no F_log (no open
-	// session).
-	ErrNoLog = errors.New("no segment log: the session fields name no F_log")
-	// ErrFields: Check found the inode's session fields contradicting each
-	// other (a bad F_flag, mode or Process_num, or an F_log on a finished
-	// session).
-	ErrFields = errors.New("inconsistent session fields")
-	// ErrRange: a log region lies outside the pool's data region, or the
-	// P_log and F_log regions overlap.
-	ErrRange = errors.New("segment log region out of range")
-	// ErrHeader: the F_log header fails its checksum or its region sizes
-	// disagree with its count (torn or garbage bytes).
-	ErrHeader = errors.New("the F_log header is damaged")
-	// ErrCount: Check found an F_log whose entry count is not the inode's
-	// Process_num.
-	ErrCount = errors.New("the F_log's entry count differs from Process_num")
-	// ErrEntry: an F_log entry fails its checksum, or names a segment
-	// outside the session's bytes.
-	ErrEntry = errors.New("an F_log entry is damaged")
-	// ErrLink: Check found an entry whose Next or P_log_addr is not where
-	// the layout puts it.
-	ErrLink = errors.New("an F_log entry's link is damaged")
-	// ErrTail: a Tail_ptr lies outside its segment.
-	ErrTail = errors.New("a Tail_ptr lies outside its segment")
 )
 
 // logError reads as its message alone and matches its sentinel and cause
