@@ -255,10 +255,29 @@ func saveSmall(f *os.File, src io.ReaderAt, size int64, st Stats, start time.Tim
 // loads remembers the read sessions this process is filling, by file and
 // destination: only those may be resumed, because only there do the bytes
 // before the tails already sit in dst.
-var loads = struct {
-	sync.Mutex
-	m map[loadKey]bool
-}{m: map[loadKey]bool{}}
+var loads = loadSet{m: map[loadKey]bool{}}
+
+type loadSet struct {
+	mu sync.Mutex
+	m  map[loadKey]bool
+}
+
+func (l *loadSet) has(k loadKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[k]
+}
+
+// set records (on) or forgets (off) that this process fills k's session.
+func (l *loadSet) set(k loadKey, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on {
+		l.m[k] = true
+	} else {
+		delete(l.m, k)
+	}
+}
 
 type loadKey struct {
 	path    string
@@ -306,27 +325,82 @@ func LoadWith(path string, dst io.WriterAt, opt Options) (Stats, error) {
 		return st, fmt.Errorf("load: %w", err)
 	}
 	defer f.Close()
-	if err := checkDnnfs(f); err != nil {
-		return st, err
-	}
-	size, err := fileSize(f)
-	if err != nil {
-		return st, fmt.Errorf("load: %w", err)
-	}
+	size, threads, sess, err := loadPlan(path, f, opt)
 	st.Size = size
-	threads, err := effectiveThreads(opt.Threads, size)
-	if err != nil {
-		return st, fmt.Errorf("%s: load: %w", path, err)
-	}
-	sess, err := fileSession(f)
 	if err != nil {
 		return st, err
+	}
+	copyAt := loadCopier(f, dst, size)
+	if threads == 0 {
+		if sess != nil {
+			return st, conflict(path, sess, "read", 0, size)
+		}
+		n, _, err := runSegments(f, &Session{Size: size, Segments: []Segment{{Length: size}}}, copyAt)
+		st.Threads, st.Bytes, st.Elapsed = 1, n, time.Since(start)
+		return st, err
+	}
+	st.Threads = threads
+	key, keyed := newLoadKey(f, size, threads, dst)
+	sess, st.Resumed, st.Tracked, err = loadSession(path, f, sess, size, threads, keyed && loads.has(key))
+	if err != nil {
+		return st, err
+	}
+	if st.Tracked && keyed {
+		loads.set(key, true)
+	}
+	n, skipped, err := runSegments(f, sess, copyAt)
+	st.Bytes, st.Skipped, st.Elapsed = n, skipped, time.Since(start)
+	if err != nil {
+		var se *SegmentError
+		if keyed && errors.As(err, &se) && se.Op != "read" {
+			// A chunk the file system counted as read did not reach
+			// dst: the tails overstate what dst holds.
+			loads.set(key, false)
+		}
+		return st, err
+	}
+	if st.Tracked {
+		if err := waitClosed(f, "read"); err != nil {
+			return st, err
+		}
+		if keyed {
+			loads.set(key, false)
+		}
+	}
+	st.Elapsed = time.Since(start)
+	return st, nil
+}
+
+// loadPlan checks that f is a dnnfs file with no unfinished write
+// session and returns its size, the thread count a load uses and its
+// read session, if any.
+func loadPlan(path string, f *os.File, opt Options) (size int64, threads int, sess *Session, err error) {
+	if err := checkDnnfs(f); err != nil {
+		return 0, 0, nil, err
+	}
+	size, err = fileSize(f)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("load: %w", err)
+	}
+	threads, err = effectiveThreads(opt.Threads, size)
+	if err != nil {
+		return size, 0, nil, fmt.Errorf("%s: load: %w", path, err)
+	}
+	sess, err = fileSession(f)
+	if err != nil {
+		return size, 0, nil, err
 	}
 	if sess != nil && sess.Mode == "write" {
-		return st, fmt.Errorf("%s: %w (%d of %d bytes left to write; resume the save, or abandon it with setfattr -x %s)",
+		return size, 0, nil, fmt.Errorf("%s: %w (%d of %d bytes left to write; resume the save, or abandon it with setfattr -x %s)",
 			path, ErrIncomplete, sess.Remaining(), sess.Size, XattrSession)
 	}
-	copyAt := func(buf []byte, off int64) (string, error) {
+	return size, threads, sess, nil
+}
+
+// loadCopier returns the per-chunk step of a load: read [off, off+len)
+// of f into dst at the same offset. Its string names the failed side.
+func loadCopier(f *os.File, dst io.WriterAt, size int64) func(buf []byte, off int64) (string, error) {
+	return func(buf []byte, off int64) (string, error) {
 		k, err := f.ReadAt(buf, off)
 		if k < len(buf) {
 			if err == nil || err == io.EOF {
@@ -339,76 +413,34 @@ func LoadWith(path string, dst io.WriterAt, opt Options) (Stats, error) {
 		}
 		return "", nil
 	}
-	if threads == 0 {
-		if sess != nil {
-			return st, conflict(path, sess, "read", 0, size)
-		}
-		n, _, err := runSegments(f, &Session{Size: size, Segments: []Segment{{Length: size}}}, copyAt)
-		st.Threads, st.Bytes, st.Elapsed = 1, n, time.Since(start)
-		return st, err
-	}
-	st.Threads = threads
-	key, keyed := newLoadKey(f, size, threads, dst)
-	loads.Lock()
-	mine := keyed && loads.m[key]
-	loads.Unlock()
+}
+
+// loadSession decides which read session a threaded load runs under:
+// this process's interrupted load of the same dst resumes; a session
+// another process or buffer left is abandoned (what it read is not in
+// dst); otherwise a new one starts, or, when the caller may not set the
+// session xattr, the load runs untracked on the same split.
+func loadSession(path string, f *os.File, sess *Session, size int64, threads int, mine bool) (_ *Session, resumed, tracked bool, err error) {
 	switch {
 	case sess != nil && sess.Size == size && sess.Threads == threads && mine:
-		st.Resumed = true
+		return sess, true, true, nil
 	case sess != nil && !mine:
-		// A read session left by another process or for another buffer:
-		// what it read is not in dst.
 		if err := removeSession(f); err != nil {
-			return st, err
+			return nil, false, false, err
 		}
-		sess = nil
 	case sess != nil:
-		return st, conflict(path, sess, "read", threads, size)
+		return nil, false, false, conflict(path, sess, "read", threads, size)
 	}
-	if sess == nil {
-		sess, err = startSession(f, threads, size, "read")
-		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS) {
-			// Starting a session sets an xattr, which needs write
-			// permission: load the file untracked.
-			sess = splitLike(size, threads)
-		} else if err != nil {
-			return st, err
-		} else {
-			st.Tracked = true
-		}
-	} else {
-		st.Tracked = true
+	sess, err = startSession(f, threads, size, "read")
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS) {
+		// Starting a session sets an xattr, which needs write
+		// permission: load the file untracked.
+		return splitLike(size, threads), false, false, nil
 	}
-	if st.Tracked && keyed {
-		loads.Lock()
-		loads.m[key] = true
-		loads.Unlock()
-	}
-	n, skipped, err := runSegments(f, sess, copyAt)
-	st.Bytes, st.Skipped, st.Elapsed = n, skipped, time.Since(start)
 	if err != nil {
-		var se *SegmentError
-		if keyed && errors.As(err, &se) && se.Op != "read" {
-			// A chunk the file system counted as read did not reach
-			// dst: the tails overstate what dst holds.
-			loads.Lock()
-			delete(loads.m, key)
-			loads.Unlock()
-		}
-		return st, err
+		return nil, false, false, err
 	}
-	if st.Tracked {
-		if err := waitClosed(f, "read"); err != nil {
-			return st, err
-		}
-		if keyed {
-			loads.Lock()
-			delete(loads.m, key)
-			loads.Unlock()
-		}
-	}
-	st.Elapsed = time.Since(start)
-	return st, nil
+	return sess, false, true, nil
 }
 
 // splitLike splits size into threads segments the way the file system
