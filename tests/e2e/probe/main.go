@@ -127,6 +127,25 @@ func run(dir string, f []string) (string, error) {
 		return "", fmt.Errorf("bad script line %q", strings.Join(f, " "))
 	}
 	p := filepath.Join(dir, f[1])
+	switch opGroup[f[0]] {
+	case "data":
+		return runData(p, f)
+	case "names":
+		return runNames(dir, p, f)
+	default:
+		return runAttrs(p, f)
+	}
+}
+
+// opGroup sorts the script's ops into run's three groups.
+var opGroup = map[string]string{
+	"read": "data", "write": "data", "otrunc": "data", "trunc": "data", "falloc": "data", "exec": "data",
+	"access": "names", "stat": "names", "ls": "names", "create": "names", "mkdir": "names", "unlink": "names", "rmdir": "names", "rename": "names", "link": "names", "symlink": "names",
+	"chmod": "attrs", "chown": "attrs", "touch": "attrs", "utimes": "attrs", "setxattr": "attrs", "setacl": "attrs", "getxattr": "attrs",
+}
+
+// runData runs the data ops: read, write, truncate, allocate, execute.
+func runData(p string, f []string) (string, error) {
 	switch f[0] {
 	case "read":
 		fd, err := unix.Open(p, unix.O_RDONLY, 0)
@@ -176,6 +195,13 @@ func run(dir string, f []string) (string, error) {
 			return "", pe.Err
 		}
 		return "", err
+	}
+	return "", fmt.Errorf("unknown op %q", f[0])
+}
+
+// runNames runs the namespace ops: look up, list, create, remove, rename, link.
+func runNames(dir, p string, f []string) (string, error) {
+	switch f[0] {
 	case "access":
 		var m uint32
 		for _, c := range f[2] {
@@ -221,6 +247,13 @@ func run(dir string, f []string) (string, error) {
 		return "", unix.Link(p, filepath.Join(dir, f[2]))
 	case "symlink":
 		return "", unix.Symlink(f[1], filepath.Join(dir, f[2]))
+	}
+	return "", fmt.Errorf("unknown op %q", f[0])
+}
+
+// runAttrs runs the attribute ops: modes, owners, times, xattrs, ACLs.
+func runAttrs(p string, f []string) (string, error) {
+	switch f[0] {
 	case "chmod":
 		m, err := octal(f[2])
 		if err != nil {
