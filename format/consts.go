@@ -1,6 +1,12 @@
 package format
 
+// Every on-media constant of a pool, by structure, in FORMAT.md's order;
+// FORMAT.md documents the same numbers and format_test.go checks that the
+// two agree. The codecs that use them live in a file per structure.
+
 // Geometry and identity constants.
+//
+// These values are on media: never change them; add new ones.
 const (
 	BlockSize  = 4096
 	BlockShift = 12
@@ -21,6 +27,8 @@ const (
 // Superblock
 
 // Superblock field offsets (FORMAT.md "Superblock").
+//
+// These values are on media: never change them; add new ones.
 const (
 	SBMagic        = 0   // u64
 	SBVersion      = 8   // u32
@@ -42,12 +50,16 @@ const (
 )
 
 // Superblock states.
+//
+// These values are on media: never change them; add new ones.
 const (
 	StateClean   uint64 = 0 // unmounted cleanly: journal empty, no orphans
 	StateMounted uint64 = 1 // a daemon has it (or crashed with it)
 )
 
 // InodesPerBlock is how many inode slots fit in a block.
+//
+// These values are on media: never change them; add new ones.
 const InodesPerBlock = BlockSize / InodeSize
 
 // ---------------------------------------------------------------------
@@ -55,6 +67,8 @@ const InodesPerBlock = BlockSize / InodeSize
 
 // Journal header (first bytes of block JournalStart) and transaction
 // layout (from block JournalStart+1). See FORMAT.md "Metadata journal".
+//
+// These values are on media: never change them; add new ones.
 const (
 	JHMagic  = 0  // u64 JournalMagic
 	JHCommit = 8  // u64 sequence number of the committed, not yet retired transaction; 0 = none
@@ -78,6 +92,8 @@ const (
 // Inode
 
 // Inode field offsets (FORMAT.md "Inode").
+//
+// These values are on media: never change them; add new ones.
 const (
 	InodeSize     = 256
 	INCRC         = 0   // u32 CRC-32C of [4, 256)
@@ -103,6 +119,8 @@ const (
 )
 
 // Inode flags.
+//
+// These values are on media: never change them; add new ones.
 const (
 	// InodeOrphan: unlinked while open; freed when the last handle closes,
 	// or at the next mount.
@@ -125,6 +143,8 @@ const (
 )
 
 // File types as stored in INMode (same values as Linux S_IFMT).
+//
+// These values are on media: never change them; add new ones.
 const (
 	ModeType uint32 = 0o170000
 	ModeReg  uint32 = 0o100000
@@ -138,9 +158,13 @@ const (
 )
 
 // ExtentUnwritten is the unwritten flag in an extent's len field.
+//
+// These values are on media: never change them; add new ones.
 const ExtentUnwritten uint64 = 1 << 63
 
 // Extent field offsets within its 24 bytes.
+//
+// These values are on media: never change them; add new ones.
 const (
 	EXLogical = 0
 	EXPhys    = 8
@@ -151,6 +175,8 @@ const (
 // Extent overflow block
 
 // Overflow block layout (FORMAT.md "Extent overflow block").
+//
+// These values are on media: never change them; add new ones.
 const (
 	OVCRC        = 0  // u32 CRC-32C of [4, 4096)
 	OVCount      = 4  // u32 extents in this block
@@ -165,6 +191,8 @@ const (
 // A directory's data is a sequence of blocks of fixed-size entry slots.
 // Slot i of the directory is in block i/DirentsPerBlock. A slot whose bytes
 // are all zero is free. See FORMAT.md "Directory entry".
+//
+// These values are on media: never change them; add new ones.
 const (
 	DirentSize      = 272
 	DirentsPerBlock = BlockSize / DirentSize // 15; the last 16 bytes of a block are unused
@@ -177,6 +205,8 @@ const (
 )
 
 // Dirent types (Linux DT_*).
+//
+// These values are on media: never change them; add new ones.
 const (
 	DTFifo uint8 = 1
 	DTChr  uint8 = 2
@@ -192,6 +222,8 @@ const (
 
 // An inode's extended attributes live packed in one region of XABlocks
 // contiguous blocks (1..XAMaxBlocks). See FORMAT.md "Xattr region".
+//
+// These values are on media: never change them; add new ones.
 const (
 	XACRC     = 0  // u32 CRC-32C of [4, XABlocks*4096)
 	XACount   = 4  // u16 entries
@@ -211,6 +243,8 @@ const (
 // Segmented-I/O session (DESIGN.md §Two-layer log)
 
 // Session fields in the inode's reserved area (FORMAT.md "Inode").
+//
+// These values are on media: never change them; add new ones.
 const (
 	INProcessNum  = 184 // u32 Process_num: segments (= threads) of the session; 0 = none
 	INFFlag       = 188 // u32 F_flag: 0 = file access not finished, 1 = finished
@@ -220,6 +254,8 @@ const (
 )
 
 // Session modes.
+//
+// These values are on media: never change them; add new ones.
 const (
 	SessionWrite uint32 = 1
 	SessionRead  uint32 = 2
@@ -228,6 +264,8 @@ const (
 // F_log layout: a header, then one 64-byte entry per segment, each on its
 // own cache line with its own checksum, so finishing a segment rewrites
 // one entry. See FORMAT.md "F_log".
+//
+// These values are on media: never change them; add new ones.
 const (
 	FLCRC      = 0  // u32 CRC-32C of header bytes [4, 24)
 	FLCount    = 4  // u32 entries
@@ -252,9 +290,13 @@ const (
 // (DESIGN.md §Embedding tier; FORMAT.md "SSD tier").
 
 // INTable is the inode field naming an embedding table's descriptor.
+//
+// These values are on media: never change them; add new ones.
 const INTable = 248 // u64 Blk of the table descriptor (InodeTable set), else 0
 
 // Tier registry block: one block at Superblock.Tier listing the devices.
+//
+// These values are on media: never change them; add new ones.
 const (
 	TRCRC          = 0  // u32 CRC-32C of [4, 4096)
 	TRCount        = 4  // u32 devices registered (ids 1 .. count)
@@ -273,6 +315,8 @@ const (
 
 // Device label: the first DevLabelSize bytes of a device's backing file
 // (DIR/dnnfs-tier.dat), on the SSD itself. Data starts at DevDataStart.
+//
+// These values are on media: never change them; add new ones.
 const (
 	DLMagic      = 0  // u64 DevMagic
 	DLVersion    = 8  // u32 Version
@@ -287,6 +331,8 @@ const (
 )
 
 // Element types of embedding tables.
+//
+// These values are on media: never change them; add new ones.
 const (
 	DtypeF32  uint8 = 1
 	DtypeF16  uint8 = 2
@@ -297,6 +343,8 @@ const (
 // inode's INTable: a 64-byte header, then one 32-byte shard entry per
 // shard (the translation table: rows -> device, offset). Shard i holds
 // rows [i*ShardRows, min((i+1)*ShardRows, Rows)).
+//
+// These values are on media: never change them; add new ones.
 const (
 	TBCRC       = 0  // u32 CRC-32C of header bytes [4, 64)
 	TBMagic     = 4  // u32 TableMagic
