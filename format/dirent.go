@@ -66,32 +66,32 @@ func (d *Dirent) Encode(b []byte) {
 // DecodeDirent parses a slot; ok is false for a free slot.
 func DecodeDirent(b []byte) (d Dirent, ok bool, err error) {
 	if len(b) < DirentSize {
-		return d, false, fmt.Errorf("dirent: %w: short buffer", ErrCorrupt)
+		return d, false, fmt.Errorf("dirent: %w: short buffer", corrupt)
 	}
 	b = b[:DirentSize]
 	if IsZero(b) {
 		return d, false, nil
 	}
 	if got, want := le.Uint32(b[DECRC:]), Checksum(b[4:]); got != want {
-		return d, false, fmt.Errorf("dirent: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return d, false, fmt.Errorf("dirent: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	n := int(b[DENameLen])
 	if n == 0 {
-		return d, false, fmt.Errorf("dirent: %w: empty name", ErrCorrupt)
+		return d, false, fmt.Errorf("dirent: %w: empty name", corrupt)
 	}
 	d.Name = string(b[DEName : DEName+n])
 	d.Type = b[DEType]
 	d.Ino = Ino(le.Uint64(b[DEIno:]))
 	if d.Ino == 0 {
-		return d, false, fmt.Errorf("dirent %q: %w: inode 0", d.Name, ErrCorrupt)
+		return d, false, fmt.Errorf("dirent %q: %w: inode 0", d.Name, corrupt)
 	}
 	for i := 0; i < len(d.Name); i++ {
 		if d.Name[i] == '/' || d.Name[i] == 0 {
-			return d, false, fmt.Errorf("dirent: %w: name contains %q", ErrCorrupt, d.Name[i])
+			return d, false, fmt.Errorf("dirent: %w: name contains %q", corrupt, d.Name[i])
 		}
 	}
 	if d.Name == "." || d.Name == ".." {
-		return d, false, fmt.Errorf("dirent: %w: reserved name %q", ErrCorrupt, d.Name)
+		return d, false, fmt.Errorf("dirent: %w: reserved name %q", corrupt, d.Name)
 	}
 	return d, true, nil
 }

@@ -28,7 +28,7 @@
 // tx.go (journal transactions), inode.go, extents.go (an extent, the
 // overflow block, an inode's extent list), dirent.go, xattr.go,
 // session.go (F_log), tier.go (registry, device label) and table.go
-// (table descriptor, shard entries).
+// (table descriptor, shard entries); errors.go has the sentinel errors.
 //
 // Free space is not stored: it is rebuilt at every mount from the extents
 // and block pointers of live inodes, so it can never disagree with them.

@@ -62,14 +62,14 @@ func EncodeOverflow(b []byte, exts []Extent, next Blk) {
 // DecodeOverflow parses an overflow block.
 func DecodeOverflow(b []byte) (exts []Extent, next Blk, err error) {
 	if len(b) < BlockSize {
-		return nil, 0, fmt.Errorf("extent block: %w: short buffer", ErrCorrupt)
+		return nil, 0, fmt.Errorf("extent block: %w: short buffer", corrupt)
 	}
 	if got, want := le.Uint32(b[OVCRC:]), Checksum(b[4:BlockSize]); got != want {
-		return nil, 0, fmt.Errorf("extent block: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return nil, 0, fmt.Errorf("extent block: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	n := le.Uint32(b[OVCount:])
 	if n > OverflowSlot {
-		return nil, 0, fmt.Errorf("extent block: %w: %d extents", ErrCorrupt, n)
+		return nil, 0, fmt.Errorf("extent block: %w: %d extents", corrupt, n)
 	}
 	exts = make([]Extent, n)
 	for i := range exts {

@@ -2,7 +2,6 @@ package format
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 )
 
@@ -26,20 +25,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 var le = binary.LittleEndian
-
-// Sentinel errors returned by decoders.
-var (
-	// ErrBadMagic: the bytes are not a dnnfs superblock (not a pool, or
-	// overwritten).
-	ErrBadMagic = errors.New("bad magic: not a dnnfs pool")
-	// ErrBadChecksum: a structure's stored CRC does not match its bytes
-	// (torn write or media corruption).
-	ErrBadChecksum = errors.New("checksum mismatch")
-	// ErrBadVersion: the pool was made by an incompatible dnnfs.
-	ErrBadVersion = errors.New("unsupported format version")
-	// ErrCorrupt: a field holds a value that cannot be (out of range, etc).
-	ErrCorrupt = errors.New("corrupt structure")
-)
 
 // IsZero reports whether b (an inode slot) is all zero, i.e. free.
 func IsZero(b []byte) bool {

@@ -74,14 +74,14 @@ func (in *Inode) Encode(b []byte) {
 func DecodeInode(b []byte) (Inode, error) {
 	var in Inode
 	if len(b) < InodeSize {
-		return in, fmt.Errorf("inode: %w: short buffer", ErrCorrupt)
+		return in, fmt.Errorf("inode: %w: short buffer", corrupt)
 	}
 	b = b[:InodeSize]
 	if IsZero(b) {
 		return in, nil
 	}
 	if got, want := le.Uint32(b[INCRC:]), Checksum(b[4:]); got != want {
-		return in, fmt.Errorf("inode: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return in, fmt.Errorf("inode: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	in.Mode = le.Uint32(b[INMode:])
 	in.UID = le.Uint32(b[INUID:])
@@ -106,10 +106,10 @@ func DecodeInode(b []byte) (Inode, error) {
 	switch in.Mode & ModeType {
 	case ModeReg, ModeDir, ModeLnk, ModeFifo, ModeSock, ModeChr, ModeBlk:
 	default:
-		return in, fmt.Errorf("inode: %w: file type %#o", ErrCorrupt, in.Mode&ModeType)
+		return in, fmt.Errorf("inode: %w: file type %#o", corrupt, in.Mode&ModeType)
 	}
 	if in.Size > MaxFileSize {
-		return in, fmt.Errorf("inode: %w: size %d", ErrCorrupt, in.Size)
+		return in, fmt.Errorf("inode: %w: size %d", corrupt, in.Size)
 	}
 	return in, nil
 }

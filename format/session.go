@@ -29,10 +29,10 @@ func (e *FEntry) Encode(b []byte) {
 func DecodeFEntry(b []byte) (FEntry, error) {
 	var e FEntry
 	if len(b) < FLEntry {
-		return e, fmt.Errorf("F_log entry: %w: short buffer", ErrCorrupt)
+		return e, fmt.Errorf("F_log entry: %w: short buffer", corrupt)
 	}
 	if got, want := le.Uint32(b[FECRC:]), Checksum(b[:FECRC]); got != want {
-		return e, fmt.Errorf("F_log entry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return e, fmt.Errorf("F_log entry: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	e.Pid = le.Uint32(b[FEPid:])
 	e.PFlag = le.Uint32(b[FEPFlag:])
@@ -41,7 +41,7 @@ func DecodeFEntry(b []byte) (FEntry, error) {
 	e.PLogAddr = Off(le.Uint64(b[FEPLogAddr:]))
 	e.Next = Off(le.Uint64(b[FENext:]))
 	if e.PFlag > 1 {
-		return e, fmt.Errorf("F_log entry: %w: P_flag %d", ErrCorrupt, e.PFlag)
+		return e, fmt.Errorf("F_log entry: %w: P_flag %d", corrupt, e.PFlag)
 	}
 	return e, nil
 }
@@ -74,20 +74,20 @@ func (h *FLogHeader) Encode(b []byte) {
 func DecodeFLogHeader(b []byte) (FLogHeader, error) {
 	var h FLogHeader
 	if len(b) < FLHeader {
-		return h, fmt.Errorf("F_log: %w: short buffer", ErrCorrupt)
+		return h, fmt.Errorf("F_log: %w: short buffer", corrupt)
 	}
 	if got, want := le.Uint32(b[FLCRC:]), Checksum(b[4:24]); got != want {
-		return h, fmt.Errorf("F_log: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return h, fmt.Errorf("F_log: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	h.Count = le.Uint32(b[FLCount:])
 	h.PLog = Blk(le.Uint64(b[FLPLogBlk:]))
 	h.Blocks = le.Uint32(b[FLBlocks:])
 	h.PBlocks = le.Uint32(b[FLPBlocks:])
 	if h.Count < 1 || h.Count > MaxThreads {
-		return h, fmt.Errorf("F_log: %w: %d entries", ErrCorrupt, h.Count)
+		return h, fmt.Errorf("F_log: %w: %d entries", corrupt, h.Count)
 	}
 	if f, p := FLogBlocks(int(h.Count)); f != h.Blocks || p != h.PBlocks {
-		return h, fmt.Errorf("F_log: %w: region sizes %d/%d for %d entries", ErrCorrupt, h.Blocks, h.PBlocks, h.Count)
+		return h, fmt.Errorf("F_log: %w: region sizes %d/%d for %d entries", corrupt, h.Blocks, h.PBlocks, h.Count)
 	}
 	return h, nil
 }

@@ -72,19 +72,19 @@ func (sb *Superblock) Encode(b []byte) {
 func DecodeSuperblock(b []byte, poolSize int64) (Superblock, error) {
 	var sb Superblock
 	if len(b) < SuperSize {
-		return sb, fmt.Errorf("superblock: %w: short buffer", ErrCorrupt)
+		return sb, fmt.Errorf("superblock: %w: short buffer", corrupt)
 	}
 	if le.Uint64(b[SBMagic:]) != Magic {
-		return sb, ErrBadMagic
+		return sb, fmt.Errorf("superblock: %w", badMagic)
 	}
 	if got, want := le.Uint32(b[SBCRC:]), Checksum(b[:SBCRC]); got != want {
-		return sb, fmt.Errorf("superblock: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return sb, fmt.Errorf("superblock: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	if v := le.Uint32(b[SBVersion:]); v != Version {
-		return sb, fmt.Errorf("superblock: %w %d (this dnnfs reads %d)", ErrBadVersion, v, Version)
+		return sb, fmt.Errorf("superblock: %w %d (this dnnfs reads %d)", badVersion, v, Version)
 	}
 	if bs := le.Uint32(b[SBBlockSize:]); bs != BlockSize {
-		return sb, fmt.Errorf("superblock: %w: block size %d", ErrCorrupt, bs)
+		return sb, fmt.Errorf("superblock: %w: block size %d", corrupt, bs)
 	}
 	sb.Blocks = le.Uint64(b[SBBlocks:])
 	copy(sb.UUID[:], b[SBUUID:SBUUID+16])
@@ -99,7 +99,7 @@ func DecodeSuperblock(b []byte, poolSize int64) (Superblock, error) {
 	sb.MountTime = int64(le.Uint64(b[SBMountTime:]))
 	sb.Tier = Blk(le.Uint64(b[SBTier:]))
 	if err := sb.check(poolSize); err != nil {
-		return sb, fmt.Errorf("superblock: %w: %v", ErrCorrupt, err)
+		return sb, fmt.Errorf("superblock: %w: %v", corrupt, err)
 	}
 	return sb, nil
 }

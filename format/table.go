@@ -96,22 +96,22 @@ func (h *TableHeader) Encode(b []byte) {
 func DecodeTableHeader(b []byte) (TableHeader, error) {
 	var h TableHeader
 	if len(b) < TBHeader {
-		return h, fmt.Errorf("table descriptor: %w: short buffer", ErrCorrupt)
+		return h, fmt.Errorf("table descriptor: %w: short buffer", corrupt)
 	}
 	if got, want := le.Uint32(b[TBCRC:]), Checksum(b[4:TBHeader]); got != want {
-		return h, fmt.Errorf("table descriptor: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return h, fmt.Errorf("table descriptor: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	if le.Uint32(b[TBMagic:]) != TableMagic {
-		return h, fmt.Errorf("table descriptor: %w: bad magic", ErrCorrupt)
+		return h, fmt.Errorf("table descriptor: %w: bad magic", corrupt)
 	}
 	want, err := NewTableHeader(le.Uint64(b[TBRows:]), le.Uint32(b[TBDim:]), b[TBDtype], le.Uint64(b[TBShardRows:]))
 	if err != nil {
-		return h, fmt.Errorf("table descriptor: %w: %v", ErrCorrupt, err)
+		return h, fmt.Errorf("table descriptor: %w: %v", corrupt, err)
 	}
 	h = want
 	h.Shards, h.Blocks = le.Uint32(b[TBShards:]), le.Uint32(b[TBBlocks:])
 	if h != want {
-		return h, fmt.Errorf("table descriptor: %w: %d shards in %d blocks, want %d in %d", ErrCorrupt, h.Shards, h.Blocks, want.Shards, want.Blocks)
+		return h, fmt.Errorf("table descriptor: %w: %d shards in %d blocks, want %d in %d", corrupt, h.Shards, h.Blocks, want.Shards, want.Blocks)
 	}
 	return h, nil
 }
@@ -142,23 +142,23 @@ func (e *ShardEntry) Encode(b []byte) {
 func DecodeShardEntry(b []byte, ndev int) (ShardEntry, error) {
 	var e ShardEntry
 	if len(b) < ShardEntrySize {
-		return e, fmt.Errorf("shard entry: %w: short buffer", ErrCorrupt)
+		return e, fmt.Errorf("shard entry: %w: short buffer", corrupt)
 	}
 	if got, want := le.Uint32(b[SECRC:]), Checksum(b[:SECRC]); got != want {
-		return e, fmt.Errorf("shard entry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return e, fmt.Errorf("shard entry: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	e.Dev, e.RDev = DevID(le.Uint16(b[SEDev:])), DevID(le.Uint16(b[SERDev:]))
 	e.Gen = le.Uint32(b[SEGen:])
 	e.Off, e.ROff = le.Uint64(b[SEOff:]), le.Uint64(b[SEROff:])
 	switch {
 	case e.Dev < 1 || int(e.Dev) > ndev:
-		return e, fmt.Errorf("shard entry: %w: device %d (%d registered)", ErrCorrupt, e.Dev, ndev)
+		return e, fmt.Errorf("shard entry: %w: device %d (%d registered)", corrupt, e.Dev, ndev)
 	case e.Off < DevDataStart || e.Off%BlockSize != 0 || e.Off > MaxTableBytes:
-		return e, fmt.Errorf("shard entry: %w: offset %d", ErrCorrupt, e.Off)
+		return e, fmt.Errorf("shard entry: %w: offset %d", corrupt, e.Off)
 	case e.RDev == 0 && e.ROff != 0:
-		return e, fmt.Errorf("shard entry: %w: replica offset %d without a device", ErrCorrupt, e.ROff)
+		return e, fmt.Errorf("shard entry: %w: replica offset %d without a device", corrupt, e.ROff)
 	case e.RDev != 0 && (int(e.RDev) > ndev || e.RDev == e.Dev || e.ROff < DevDataStart || e.ROff%BlockSize != 0 || e.ROff > MaxTableBytes):
-		return e, fmt.Errorf("shard entry: %w: replica on device %d at %d", ErrCorrupt, e.RDev, e.ROff)
+		return e, fmt.Errorf("shard entry: %w: replica on device %d at %d", corrupt, e.RDev, e.ROff)
 	}
 	return e, nil
 }

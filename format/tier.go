@@ -34,18 +34,18 @@ func EncodeTier(b []byte, devs []TierDevice) {
 // DecodeTier parses the registry block.
 func DecodeTier(b []byte) ([]TierDevice, error) {
 	if len(b) < BlockSize {
-		return nil, fmt.Errorf("tier registry: %w: short buffer", ErrCorrupt)
+		return nil, fmt.Errorf("tier registry: %w: short buffer", corrupt)
 	}
 	b = b[:BlockSize]
 	if got, want := le.Uint32(b[TRCRC:]), Checksum(b[4:]); got != want {
-		return nil, fmt.Errorf("tier registry: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return nil, fmt.Errorf("tier registry: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	if le.Uint64(b[TRMagic:]) != TierMagic {
-		return nil, fmt.Errorf("tier registry: %w: bad magic", ErrCorrupt)
+		return nil, fmt.Errorf("tier registry: %w: bad magic", corrupt)
 	}
 	n := le.Uint32(b[TRCount:])
 	if n > MaxTierDevices {
-		return nil, fmt.Errorf("tier registry: %w: %d devices", ErrCorrupt, n)
+		return nil, fmt.Errorf("tier registry: %w: %d devices", corrupt, n)
 	}
 	devs := make([]TierDevice, n)
 	for i := range devs {
@@ -53,7 +53,7 @@ func DecodeTier(b []byte) ([]TierDevice, error) {
 		copy(devs[i].UUID[:], e[TDUUID:TDUUID+16])
 		pl := int(le.Uint16(e[TDPathLen:]))
 		if pl > MaxTierPath || devs[i].UUID == [16]byte{} {
-			return nil, fmt.Errorf("tier registry: %w: device %d entry", ErrCorrupt, i+1)
+			return nil, fmt.Errorf("tier registry: %w: device %d entry", corrupt, i+1)
 		}
 		devs[i].Path = string(e[TDPath : TDPath+pl])
 	}
@@ -83,20 +83,20 @@ func (l *DevLabel) Encode(b []byte) {
 func DecodeDevLabel(b []byte) (DevLabel, error) {
 	var l DevLabel
 	if len(b) < DevLabelSize {
-		return l, fmt.Errorf("device label: %w: short buffer", ErrCorrupt)
+		return l, fmt.Errorf("device label: %w: short buffer", corrupt)
 	}
 	if le.Uint64(b[DLMagic:]) != DevMagic {
-		return l, fmt.Errorf("device label: %w", ErrBadMagic)
+		return l, fmt.Errorf("device label: %w", badMagic)
 	}
 	if got, want := le.Uint32(b[DLCRC:]), Checksum(b[:DLCRC]); got != want {
-		return l, fmt.Errorf("device label: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return l, fmt.Errorf("device label: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	if v := le.Uint32(b[DLVersion:]); v != Version {
-		return l, fmt.Errorf("device label: %w %d", ErrBadVersion, v)
+		return l, fmt.Errorf("device label: %w %d", badVersion, v)
 	}
 	d := le.Uint32(b[DLDev:])
 	if d < 1 || d > MaxTierDevices {
-		return l, fmt.Errorf("device label: %w: device id %d", ErrCorrupt, d)
+		return l, fmt.Errorf("device label: %w: device id %d", corrupt, d)
 	}
 	l.Dev = DevID(d)
 	copy(l.Pool[:], b[DLPool:DLPool+16])

@@ -55,37 +55,37 @@ func XattrRegionBlocks(first []byte) int {
 func DecodeXattrs(b []byte) ([]Xattr, error) {
 	nb := XattrRegionBlocks(b)
 	if nb < 1 || nb > XAMaxBlocks {
-		return nil, fmt.Errorf("xattr region: %w: %d blocks", ErrCorrupt, nb)
+		return nil, fmt.Errorf("xattr region: %w: %d blocks", corrupt, nb)
 	}
 	if len(b) < nb*BlockSize {
-		return nil, fmt.Errorf("xattr region: %w: short buffer", ErrCorrupt)
+		return nil, fmt.Errorf("xattr region: %w: short buffer", corrupt)
 	}
 	b = b[:nb*BlockSize]
 	if got, want := le.Uint32(b[XACRC:]), Checksum(b[4:]); got != want {
-		return nil, fmt.Errorf("xattr region: %w (stored %08x, computed %08x)", ErrBadChecksum, got, want)
+		return nil, fmt.Errorf("xattr region: %w (stored %08x, computed %08x)", badChecksum, got, want)
 	}
 	n := int(le.Uint16(b[XACount:]))
 	used := int(le.Uint32(b[XAUsed:]))
 	if used > len(b)-XAEntries {
-		return nil, fmt.Errorf("xattr region: %w: %d bytes used", ErrCorrupt, used)
+		return nil, fmt.Errorf("xattr region: %w: %d bytes used", corrupt, used)
 	}
 	xs := make([]Xattr, 0, n)
 	p, end := XAEntries, XAEntries+used
 	for i := 0; i < n; i++ {
 		if p+XAEntryHeader > end {
-			return nil, fmt.Errorf("xattr region: %w: entry %d past the end", ErrCorrupt, i)
+			return nil, fmt.Errorf("xattr region: %w: entry %d past the end", corrupt, i)
 		}
 		nl, vl := int(b[p]), int(b[p+1])<<16|int(le.Uint16(b[p+2:]))
 		p += XAEntryHeader
 		if nl == 0 || vl > XAMaxValue || p+nl+vl > end {
-			return nil, fmt.Errorf("xattr region: %w: entry %d length", ErrCorrupt, i)
+			return nil, fmt.Errorf("xattr region: %w: entry %d length", corrupt, i)
 		}
 		x := Xattr{Name: string(b[p : p+nl]), Value: append([]byte{}, b[p+nl:p+nl+vl]...)}
 		p += nl + vl
 		xs = append(xs, x)
 	}
 	if p != end {
-		return nil, fmt.Errorf("xattr region: %w: %d bytes unaccounted", ErrCorrupt, end-p)
+		return nil, fmt.Errorf("xattr region: %w: %d bytes unaccounted", corrupt, end-p)
 	}
 	return xs, nil
 }
