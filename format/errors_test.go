@@ -20,32 +20,26 @@ func TestErrorTexts(t *testing.T) {
 		garbage[i] = byte(i*7 + 1)
 	}
 	zero := make([]byte, BlockSize)
+	// The error of a decoder call, whatever else it returns.
+	err2 := func(_ any, err error) error { return err }
+	err3 := func(_, _ any, err error) error { return err }
 	cases := []struct {
-		decode   func() error
+		err      error
 		sentinel error
 		text     string // the whole message, or its start before " (stored"
 	}{
-		{func() error { _, err := DecodeSuperblock(zero, 64<<20); return err }, ErrBadMagic,
-			"superblock: bad magic: not a dnnfs pool"},
-		{func() error { _, err := DecodeInode(garbage); return err }, ErrBadChecksum,
-			"inode: checksum mismatch"},
-		{func() error { _, err := DecodeInode(zero[:1]); return err }, ErrCorrupt,
-			"inode: corrupt structure: short buffer"},
-		{func() error { _, err := DecodeDevLabel(zero); return err }, ErrBadMagic,
-			"device label: bad magic: not a dnnfs pool"},
-		{func() error { _, _, err := DecodeOverflow(garbage); return err }, ErrBadChecksum,
-			"extent block: checksum mismatch"},
-		{func() error { _, err := DecodeXattrs(zero); return err }, ErrCorrupt,
-			"xattr region: corrupt structure: 0 blocks"},
-		{func() error { _, err := DecodeTier(zero); return err }, ErrBadChecksum,
-			"tier registry: checksum mismatch"},
-		{func() error { _, err := DecodeFLogHeader(zero[:1]); return err }, ErrCorrupt,
-			"F_log: corrupt structure: short buffer"},
-		{func() error { _, err := DecodeTableHeader(garbage); return err }, ErrBadChecksum,
-			"table descriptor: checksum mismatch"},
+		{err2(DecodeSuperblock(zero, 64<<20)), ErrBadMagic, "superblock: bad magic: not a dnnfs pool"},
+		{err2(DecodeInode(garbage)), ErrBadChecksum, "inode: checksum mismatch"},
+		{err2(DecodeInode(zero[:1])), ErrCorrupt, "inode: corrupt structure: short buffer"},
+		{err2(DecodeDevLabel(zero)), ErrBadMagic, "device label: bad magic: not a dnnfs pool"},
+		{err3(DecodeOverflow(garbage)), ErrBadChecksum, "extent block: checksum mismatch"},
+		{err2(DecodeXattrs(zero)), ErrCorrupt, "xattr region: corrupt structure: 0 blocks"},
+		{err2(DecodeTier(zero)), ErrBadChecksum, "tier registry: checksum mismatch"},
+		{err2(DecodeFLogHeader(zero[:1])), ErrCorrupt, "F_log: corrupt structure: short buffer"},
+		{err2(DecodeTableHeader(garbage)), ErrBadChecksum, "table descriptor: checksum mismatch"},
 	}
 	for _, c := range cases {
-		err := c.decode()
+		err := c.err
 		if err == nil {
 			t.Errorf("%q: no error", c.text)
 			continue
