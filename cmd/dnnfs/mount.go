@@ -194,7 +194,7 @@ func (r *mountRun) openPool() ([]zap.Field, error) {
 	co.Log, co.DeferStamp = log, true
 	p, rep, err := core.Open(m, co)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.pool, err)
+		return nil, poolError(o.pool, err)
 	}
 	r.p = p
 	fields := []zap.Field{zap.String("pool", o.pool), zap.String("medium", m.Kind().String()),
