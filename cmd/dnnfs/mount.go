@@ -148,9 +148,11 @@ func (o *mountOptions) run(log *zap.Logger, ready *os.File) error {
 	}
 	r.reportKernelLimits()
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			log.Warn("no CPU profile: the mount goes on without one", zap.String("cpuprofile", o.cpuProfile), zap.Error(err))
+		} else {
+			defer stop()
 		}
 	}
 	announceReady(ready, o.logFile, log)
@@ -405,6 +407,19 @@ func (r *mountRun) shutdown() error {
 	}
 	log.Info("unmounted cleanly", zap.String("pool", pool), zap.String("mountpoint", r.o.mountpoint))
 	return nil
+}
+
+// startCPUProfile profiles the daemon into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // deviceOptions are the mount options of a mount by root: device nodes
