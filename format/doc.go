@@ -14,8 +14,21 @@
 //	1                superblock (replica)
 //	2 .. 2+J-1       metadata journal (J blocks)
 //	I .. I+T-1       inode table (T blocks, 16 inodes of 256 bytes each)
-//	D .. N-1         data blocks: file data, directory blocks, extent
-//	                 overflow blocks, xattr regions
+//	D .. N-1         data region: file data, directory blocks, extent
+//	                 overflow blocks, xattr regions, symlink target blocks,
+//	                 session F_log and P_log regions, the SSD-tier registry
+//	                 block, table descriptors
+//
+// (FORMAT.md "Region map"; format_test.go checks that this list names every
+// kind it does.) Outside the pool, each SSD-tier device's backing file
+// starts with a device label.
+//
+// Where in the code: consts.go holds every on-media constant; the codecs
+// are in a file per structure: superblock.go (and pair.go, both copies),
+// tx.go (journal transactions), inode.go, extents.go (an extent, the
+// overflow block, an inode's extent list), dirent.go, xattr.go,
+// session.go (F_log), tier.go (registry, device label) and table.go
+// (table descriptor, shard entries); errors.go has the sentinel errors.
 //
 // Free space is not stored: it is rebuilt at every mount from the extents
 // and block pointers of live inodes, so it can never disagree with them.

@@ -16,6 +16,68 @@ const MaxFileSize = 1<<63 - 1
 // never overflow a uint64. An extent past it is corrupt.
 const MaxFileBlocks = (MaxFileSize-1)/BlockSize + 1
 
+// Extent maps Len blocks of a file starting at file block Logical to pool
+// blocks starting at Phys.
+type Extent struct {
+	Logical uint64
+	Phys    Blk
+	Len     uint64
+	// Unwritten: allocated by fallocate and not written since. Its blocks
+	// are zeroed, so it reads as zeros; SEEK_DATA/SEEK_HOLE see a hole, as
+	// on ext4 and tmpfs. On media: bit 63 of len (ExtentUnwritten).
+	Unwritten bool
+}
+
+// End is the first file block after the extent.
+func (e Extent) End() uint64 { return e.Logical + e.Len }
+
+func encodeExtent(b []byte, e Extent) {
+	le.PutUint64(b[EXLogical:], e.Logical)
+	le.PutUint64(b[EXPhys:], uint64(e.Phys))
+	l := e.Len
+	if e.Unwritten {
+		l |= ExtentUnwritten
+	}
+	le.PutUint64(b[EXLen:], l)
+}
+
+func decodeExtent(b []byte) Extent {
+	l := le.Uint64(b[EXLen:])
+	return Extent{Logical: le.Uint64(b[EXLogical:]), Phys: Blk(le.Uint64(b[EXPhys:])), Len: l &^ ExtentUnwritten,
+		Unwritten: l&ExtentUnwritten != 0}
+}
+
+// EncodeOverflow fills a block with up to OverflowSlot extents.
+func EncodeOverflow(b []byte, exts []Extent, next Blk) {
+	b = b[:BlockSize]
+	clear(b)
+	le.PutUint32(b[OVCount:], uint32(len(exts)))
+	le.PutUint64(b[OVNext:], uint64(next))
+	for i, e := range exts {
+		encodeExtent(b[OVExtents+i*ExtentSize:], e)
+	}
+	le.PutUint32(b[OVCRC:], Checksum(b[4:]))
+}
+
+// DecodeOverflow parses an overflow block.
+func DecodeOverflow(b []byte) (exts []Extent, next Blk, err error) {
+	if len(b) < BlockSize {
+		return nil, 0, fmt.Errorf("extent block: %w: short buffer", corrupt)
+	}
+	if got, want := le.Uint32(b[OVCRC:]), Checksum(b[4:BlockSize]); got != want {
+		return nil, 0, fmt.Errorf("extent block: %w (stored %08x, computed %08x)", badChecksum, got, want)
+	}
+	n := le.Uint32(b[OVCount:])
+	if n > OverflowSlot {
+		return nil, 0, fmt.Errorf("extent block: %w: %d extents", corrupt, n)
+	}
+	exts = make([]Extent, n)
+	for i := range exts {
+		exts[i] = decodeExtent(b[OVExtents+i*ExtentSize:])
+	}
+	return exts, Blk(le.Uint64(b[OVNext:])), nil
+}
+
 // An inode's extent list (FORMAT.md "Inode", "Extent overflow block"):
 // the first InlineExtents extents live in the inode, the rest in a chain
 // of overflow blocks of OverflowSlot extents each, starting at

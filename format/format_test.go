@@ -295,7 +295,7 @@ func TestFormatDocMatchesConstants(t *testing.T) {
 				w = want.rows[i]
 			}
 			if g != w {
-				t.Errorf("FORMAT.md table %q row %d is %v, format.go says %v", name, i+1, g, w)
+				t.Errorf("FORMAT.md table %q row %d is %v, consts.go says %v", name, i+1, g, w)
 			}
 		}
 		// The code's own layout tiles the structure with no gap or overlap.
@@ -326,6 +326,33 @@ func TestFormatDocMatchesConstants(t *testing.T) {
 	if InodesPerBlock*InodeSize != BlockSize || OverflowSlot != 170 || DirentsPerBlock != 15 {
 		t.Errorf("derived sizes: %d inodes per block, %d extents per overflow block, %d slots per directory block",
 			InodesPerBlock, OverflowSlot, DirentsPerBlock)
+	}
+}
+
+// TestDocRegionMap checks that doc.go's region map names every kind of
+// data block FORMAT.md's "Region map" lists: a reader of the package doc
+// must not miss one.
+func TestDocRegionMap(t *testing.T) {
+	spec, err := os.ReadFile("../FORMAT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, ok := strings.Cut(string(spec), "| D .. N-1 | data region: ")
+	if !ok {
+		t.Fatal(`FORMAT.md's region map has no "| D .. N-1 | data region: ..." row`)
+	}
+	row, _, _ = strings.Cut(row, " |")
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The map's text, comment markers and line breaks folded to spaces.
+	words := strings.Fields(strings.NewReplacer("//", " ").Replace(string(doc)))
+	text := " " + strings.Join(words, " ") + " "
+	for _, kind := range strings.Split(row, ", ") {
+		if !strings.Contains(text, " "+strings.Join(strings.Fields(kind), " ")) {
+			t.Errorf("doc.go's region map does not name %q (FORMAT.md, Region map)", kind)
+		}
 	}
 }
 

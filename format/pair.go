@@ -5,10 +5,6 @@ import (
 	"fmt"
 )
 
-// ErrNotPool: neither superblock has the dnnfs magic (or the medium is
-// smaller than the superblock pair).
-var ErrNotPool = errors.New("not a dnnfs pool")
-
 // SuperblockPair is both superblock copies of a pool, decoded. Mount uses
 // the primary and falls back to the replica; the checker also reports a
 // bad or disagreeing copy.

@@ -1,14 +1,8 @@
 package format
 
 import (
-	"errors"
 	"fmt"
 )
-
-// ErrBadTx: the journal's transaction area does not hold the transaction
-// its commit word names, or the transaction is damaged (bad checksum,
-// record out of range). Replay must not apply it.
-var ErrBadTx = errors.New("journal transaction damaged")
 
 // TxRecord is one record of a journal transaction: Data is stored at pool
 // byte offset Off when the transaction is applied.

@@ -13,8 +13,8 @@ import (
 )
 
 // runAttach names the objects under an S3 prefix in a cluster mount's
-// namespace, read-only (issue #17), through the daemon's XattrAttach on
-// the directory.
+// namespace, read-only, through the daemon's XattrAttach on the directory
+// (DESIGN §Attach and warm-up).
 func runAttach(args []string) error {
 	fl := newFlags("attach")
 	if err := parse(fl, args); err != nil {

@@ -30,8 +30,8 @@ func openPoolError(path string, err error) error {
 	if st.Size() == 0 {
 		what = "the file is empty"
 	}
-	return fmt.Errorf("%s: %w (%s; a pool is made by dnnfs mkfs --pool %s --size SIZE, at least %d MiB)",
-		path, core.ErrNotPool, what, path, format.MinPoolSize>>20)
+	return poolError(path, fmt.Errorf("%w (%s; a pool is made by dnnfs mkfs --pool %s --size SIZE, at least %d MiB)",
+		core.ErrNotPool, what, path, format.MinPoolSize>>20))
 }
 
 // spaceWarning returns a warning when the pool file at path may grow

@@ -14,8 +14,8 @@ import (
 	"github.com/dnnfs/dnnfs/cluster/peer"
 )
 
-// clusterFlagSet are the mount flags of the cluster (issue #17, DESIGN.md
-// §Cluster); without --etcd none of them is used.
+// clusterFlagSet are the mount flags of the cluster (DESIGN §Cluster);
+// without --etcd none of them is used.
 type clusterFlagSet struct {
 	etcd                         *[]string
 	prefix                       *string

@@ -49,7 +49,7 @@ func runFsck(args []string) error {
 	bar.done(err == nil)
 	if err != nil {
 		if errors.Is(err, recovery.ErrNotPool) {
-			err = fmt.Errorf("%s: %w", *poolPath, core.ErrNotPool)
+			err = poolError(*poolPath, core.ErrNotPool)
 		}
 		return exitError{2, err.Error()}
 	}

@@ -16,19 +16,6 @@ import (
 // version is set by the Makefile (-ldflags "-X main.version=...").
 var version = "dev"
 
-// usageError is a bad command line: exit code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-// exitError carries a specific exit code (fsck: 1 = problems found).
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e exitError) Error() string { return e.msg }
-
 // command is one subcommand: its run function parses its own flags (newFlags
 // and parse, as every run function did before cobra), and cobra gets the same
 // flags for help and completion (see flagsOf).
@@ -115,9 +102,6 @@ var collect struct {
 	on bool
 	fs *pflag.FlagSet
 }
-
-// errCollected stops a run function at parse when flagsOf runs it.
-var errCollected = errors.New("flags collected")
 
 // flagsOf returns the flag set run defines, without running it: run stops
 // at parse. So run functions must do nothing before parse but define flags

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/dnnfs/dnnfs/cluster"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
@@ -51,223 +52,155 @@ func newLogger(level, format, file string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-// isMountpoint reports whether dir is already a mount point (mountinfo).
-func isMountpoint(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<16), 1<<20)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && unescapeMount(fields[4]) == dir {
-			return true, nil
-		}
-	}
-	return false, s.Err()
-}
-
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
-}
-
+// runMount is `dnnfs mount`: it checks the command line (a bad one fails
+// before any daemon starts), then either starts the daemon and waits for
+// the mount to be live (mountInBackground) or is the daemon (run).
 func runMount(args []string) error {
+	o := &mountOptions{}
 	fl := newFlags("mount")
-	poolPath := fl.String("pool", "", "pool file or DAX device (required, or give POOL MOUNTPOINT)")
-	foreground := fl.BoolP("foreground", "f", false, "stay in the foreground until unmounted (default: return once the mount is live, leaving a daemon)")
-	logFile := fl.String("log-file", "", "append the log to this file (default: stderr; a daemon's goes to /var/log/dnnfs.log, or $XDG_STATE_HOME/dnnfs/dnnfs.log when not root, once it is live)")
-	options := fl.StringArrayP("options", "o", nil, "mount options, comma-separated (as mount -o): every flag here as FLAG or FLAG=VALUE, ro, noatime, allow_other, remount (to the kernel), and mount(8)'s own (defaults, _netdev, nofail, x-*) ignored")
-	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
-	logFormat := fl.String("log-format", "console", "log format: console or json")
-	allowOther := fl.Bool("allow-other", false, "let other users access the mount (needs user_allow_other for non-root)")
-	nodev := fl.Bool("nodev", false, "do not open character or block devices on the mount (a mount by a user other than root never does)")
-	nosuid := fl.Bool("nosuid", false, "ignore set-user-ID and set-group-ID bits on the mount (a mount by a user other than root always does)")
-	readOnly := fl.Bool("read-only", false, "mount read-only (-o ro): nothing reaches the pool, writes fail with EROFS, reads update no access time; a pool that needs recovery is recovered in memory only")
-	readCache := fl.Bool("read-cache", false, "serve read-only opens through the kernel page cache instead of direct I/O")
-	pageCache := fl.Bool("page-cache", false, "serve every open through the kernel page cache: write(2) and shared mmap stores to one page stay coherent, but the kernel serialises the writers of a file")
-	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file until unmount")
-	tailInterval := fl.String("tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
-	commitInterval := fl.Duration("commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
-	warmBytes := fl.String("warm-bytes", "auto", "most freed blocks an emulated pool keeps in its file for the next write instead of punching them at once (auto = half the pool, at most 4GiB; 0 = punch at once)")
-	warmDecay := fl.Duration("warm-decay", core.DefaultWarmDecay, "how long a freed block an emulated pool keeps (--warm-bytes) may stay unused before it is punched")
-	atimeFlag := fl.String("atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
-	lockFlag := fl.String("lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
-	ssd := fl.StringArray("ssd", nil, "SSD-tier directory for embedding tables, one per device: DIR[:bw=800MiB/s,lat=90us,channels=4,cap=64GiB] (repeat for more devices)")
-	schedFlag := fl.String("sched", "size", "embedding read scheduler: size (a queue per size class, round-robin) or fifo (one queue)")
-	classes := fl.String("classes", "128,512", "size-class thresholds in rows: SMALL,MEDIUM (classes <=SMALL, <=MEDIUM, larger)")
-	classWeights := fl.String("class-weights", "16,4,1", "pieces each size class (small,medium,large) takes per round-robin turn; 1,1,1 is plain round-robin")
-	maxPiece := fl.String("max-piece", "128KiB", "largest single loader transfer (a large request is split into pieces of at most this)")
-	computeEls := fl.String("compute-elements", "auto", "CPU processing elements that gather and pool embedding lookups' rows after the loaders read them: auto (GOMAXPROCS-1-ceil(devices/2); none if no core is left) or N; 0 pools on the loaders")
-	placement := fl.String("placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
-	shardSize := fl.String("shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
-	migrate := fl.Duration("migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
-	metricsListen := fl.String("metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (off by default; a loopback HOST unless --metrics-allow-remote)")
-	metricsRemote := fl.Bool("metrics-allow-remote", false, "let --metrics-listen bind a non-loopback address or every interface")
-	cf := clusterFlags(fl)
+	o.AddFlags(fl)
 	if err := parse(fl, args); err != nil {
 		return err
 	}
 	readyPipe := takeReadyPipe() // set in a backgrounded mount's daemon
-	mo, err := applyMountOptions(fl, *options)
+	mo, err := applyMountOptions(fl, o.options)
 	if err != nil {
 		return err
 	}
 	if mo.remount && fl.NArg() > 0 {
 		return remount(fl.Arg(fl.NArg()-1), mo)
 	}
-	mntArg, err := mountOperands(fl, poolPath)
-	if err != nil {
+	if o.mountpoint, err = mountOperands(fl, &o.pool); err != nil {
 		return err
 	}
-	lockMode, err := core.ParseLockMode(*lockFlag)
-	if err != nil {
-		return usageError{"--lock: " + err.Error()}
+	if err := o.validate(); err != nil {
+		return err
 	}
-	atimeMode, err := core.ParseAtimeMode(*atimeFlag)
-	if err != nil {
-		return usageError{"--atime: " + err.Error()}
-	}
-	ti, err := parseSize(*tailInterval)
-	if err != nil {
-		return usageError{"--tail-interval: " + err.Error()}
-	}
-	if *commitInterval < 0 {
-		return usageError{"--commit-interval: must not be negative"}
-	}
-	ci := *commitInterval
-	if ci == 0 {
-		ci = -1 // core: never
-	}
-	var wb int64 // core: the default
-	if *warmBytes != "auto" {
-		if wb, err = parseSize(*warmBytes); err != nil || wb < 0 {
-			return usageError{fmt.Sprintf("--warm-bytes %q: want a size (0 = punch freed blocks at once) or auto", *warmBytes)}
-		}
-		if wb == 0 {
-			wb = -1 // core: none
-		}
-	}
-	if *warmDecay <= 0 {
-		return usageError{"--warm-decay: must be positive"}
-	}
-	tierOpts := embedding.Options{Migrate: *migrate}
-	for _, s := range *ssd {
-		spec, err := embedding.ParseDeviceSpec(s)
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		tierOpts.Devices = append(tierOpts.Devices, spec)
-	}
-	if tierOpts.Sched.Mode, err = embedding.ParseSchedMode(*schedFlag); err != nil {
-		return usageError{err.Error()}
-	}
-	if tierOpts.Sched.Small, tierOpts.Sched.Medium, err = embedding.ParseClasses(*classes); err != nil {
-		return usageError{err.Error()}
-	}
-	if tierOpts.Sched.Weights, err = embedding.ParseClassWeights(*classWeights); err != nil {
-		return usageError{err.Error()}
-	}
-	mp, err := parseSize(*maxPiece)
-	if err != nil || mp < 4096 || mp%4096 != 0 || mp > 16<<20 {
-		return usageError{fmt.Sprintf("--max-piece %q: want a multiple of 4KiB up to 16MiB", *maxPiece)}
-	}
-	tierOpts.Sched.MaxPiece = int(mp)
-	if tierOpts.ComputeElements, err = embedding.ParseComputeElements(*computeEls); err != nil {
-		return usageError{err.Error()}
-	}
-	if tierOpts.Placement, err = embedding.ParseWeights(*placement); err != nil {
-		return usageError{err.Error()}
-	}
-	if tierOpts.ShardBytes, err = parseSize(*shardSize); err != nil || tierOpts.ShardBytes < 4096 {
-		return usageError{fmt.Sprintf("--shard-size %q: want a size of at least 4KiB", *shardSize)}
-	}
-	if *migrate < 0 {
-		return usageError{"--migrate-interval must not be negative"}
-	}
-	if *metricsListen != "" {
-		if err := metrics.CheckAddr(*metricsListen, *metricsRemote); err != nil {
-			return usageError{"--metrics-listen " + err.Error()}
-		}
-	}
-	log, err := newLogger(*level, *logFormat, *logFile)
+	log, err := newLogger(o.logLevel, o.logFormat, o.logFile)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	mnt, err := filepath.Abs(mntArg)
-	if err != nil {
+	if err := o.checkMountpoint(); err != nil {
 		return err
 	}
-	st, err := os.Stat(mnt)
-	switch {
-	case err != nil:
-		return fmt.Errorf("mountpoint %s: %w (create the directory first)", mnt, unwrapPathErr(err))
-	case !st.IsDir():
-		return fmt.Errorf("mountpoint %s is not a directory", mnt)
-	}
-	if busy, err := isMountpoint(mnt); err != nil {
-		return err
-	} else if busy {
-		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (unmount it first)", mnt)
-	}
-	if err := cf.check(*readOnly); err != nil {
+	if err := o.cluster.check(o.readOnly); err != nil {
 		return err
 	}
-	if !*foreground && readyPipe == nil {
+	if !o.foreground && readyPipe == nil {
 		return mountInBackground(args)
 	}
+	return o.run(log, readyPipe)
+}
+
+// mountRun is the daemon's state while it mounts and serves: each step of
+// run fills in a field, and a step that fails closes what the steps
+// before it opened but the medium, the cluster and the metrics (run's
+// defers).
+type mountRun struct {
+	o      *mountOptions
+	log    *zap.Logger
+	cl     *cluster.Node   // nil: not a cluster node
+	mx     *metrics.Server // nil: metrics off
+	m      pmem.Medium
+	p      *core.FS
+	tier   *embedding.Tier // nil: no --ssd
+	server *fuse.Server
+	sigs   chan os.Signal
+}
+
+// run is the daemon: it opens everything, mounts, serves until unmounted
+// and closes the pool cleanly. ready is the backgrounding parent's pipe
+// (nil in the foreground).
+func (o *mountOptions) run(log *zap.Logger, ready *os.File) error {
 	// The cluster (--etcd) is joined before the pool is opened: a bad
 	// configuration is a one-line error and the pool stays as it was.
-	cl, err := cf.dial(log)
+	cl, err := o.cluster.dial(log)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	// The daemon (not the parent that waits for it) binds the metrics port.
-	var mx *metrics.Server // nil: metrics off
-	if *metricsListen != "" {
-		if mx, err = metrics.Listen(*metricsListen, log); err != nil {
-			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
+	var mx *metrics.Server
+	if o.metricsListen != "" {
+		if mx, err = metrics.Listen(o.metricsListen, log); err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, err)
 		}
 		defer mx.Close()
 	}
-	if err := embedding.CheckDevices(tierOpts.Devices); err != nil {
+	if err := embedding.CheckDevices(o.tier.Devices); err != nil {
 		return fmt.Errorf("--ssd: %w", err)
 	}
-	if *readOnly && len(tierOpts.Devices) > 0 {
+	if o.readOnly && len(o.tier.Devices) > 0 {
 		return usageError{"--read-only: not with --ssd yet (the SSD tier writes its devices' labels and registry when it opens)"}
 	}
+	r := &mountRun{o: o, log: log, cl: cl, mx: mx}
+	if err := r.openMedium(); err != nil {
+		return err
+	}
+	defer r.m.Close()
+	fields, err := r.openPool()
+	if err != nil {
+		return err
+	}
+	if err := r.start(); err != nil {
+		return err
+	}
+	r.reportKernelLimits()
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			log.Warn("no CPU profile: the mount goes on without one", zap.String("cpuprofile", o.cpuProfile), zap.Error(err))
+		} else {
+			defer stop()
+		}
+	}
+	announceReady(ready, o.logFile, log)
+	log.Info("mounted", fields...)
+	mx.Serve(metrics.Sources{Pool: r.p, Tier: r.tier, Cluster: cl})
+	go r.unmountOnSignal()
+	r.server.Wait()
+	return r.shutdown()
+}
 
-	// A mount that fails leaves the pool as it was (unless it needed
-	// recovery, which core.Open persists): nothing is written until the
-	// FUSE mount exists, and then the pool is stamped mounted and new SSD
-	// directories are registered before the first request is served.
+// openMedium opens the pool's file or device. A mount that fails leaves
+// the pool as it was (unless it needed recovery, which core.Open
+// persists): nothing is written until the FUSE mount exists, and then the
+// pool is stamped mounted and new SSD directories are registered before
+// the first request is served.
+func (r *mountRun) openMedium() error {
 	open := pmem.Open
-	if *readOnly {
+	if r.o.readOnly {
 		// Copy-on-write: recovery (journal replay, orphans, sessions)
 		// and anything else core stores stay in this process.
 		open = pmem.OpenPrivate
-		atimeMode = core.AtimeNever
+		r.o.core.Atime = core.AtimeNever
 	}
-	m, err := open(*poolPath)
+	m, err := open(r.o.pool)
 	if err != nil {
-		return openPoolError(*poolPath, err)
+		return openPoolError(r.o.pool, err)
 	}
-	if w := spaceWarning(*poolPath); w != "" {
-		log.Warn(w)
+	if w := spaceWarning(r.o.pool); w != "" {
+		r.log.Warn(w)
 	}
-	defer m.Close()
+	r.m = m
+	return nil
+}
+
+// openPool opens the pool on the medium (recovering it if it needs it),
+// logs what recovery did, and returns the fields of the "mounted" line.
+func (r *mountRun) openPool() ([]zap.Field, error) {
+	o, log, m := r.o, r.log, r.m
 	start := time.Now()
-	p, rep, err := core.Open(m, core.Options{Log: log, LockMode: lockMode, TailInterval: uint64(ti), Atime: atimeMode, DeferStamp: true, CommitInterval: ci,
-		WarmBytes: wb, WarmDecay: *warmDecay})
+	co := o.core
+	co.Log, co.DeferStamp = log, true
+	p, rep, err := core.Open(m, co)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *poolPath, err)
+		return nil, poolError(o.pool, err)
 	}
-	fields := []zap.Field{zap.String("pool", *poolPath), zap.String("medium", m.Kind().String()),
-		zap.String("mountpoint", mnt), zap.Bool("read_only", *readOnly), zap.String("lock", lockMode.String()), zap.String("atime", atimeMode.String()), zap.Int("inodes", rep.Inodes),
+	r.p = p
+	fields := []zap.Field{zap.String("pool", o.pool), zap.String("medium", m.Kind().String()),
+		zap.String("mountpoint", o.mountpoint), zap.Bool("read_only", o.readOnly), zap.String("lock", co.LockMode.String()), zap.String("atime", co.Atime.String()), zap.Int("inodes", rep.Inodes),
 		zap.Uint64("used_blocks", rep.UsedBlocks), zap.Uint64("free_blocks", rep.FreeBlocks),
 		zap.Uint64("warm_cap_bytes", p.Warm().Cap), zap.Duration("load_time", time.Since(start))}
 	if m.Kind() != pmem.Emulated {
@@ -275,50 +208,122 @@ func runMount(args []string) error {
 	}
 	if rep.ReplicaUsed {
 		log.Warn("primary superblock was bad; mounted from the replica and rewrote the primary",
-			zap.String("pool", *poolPath), zap.NamedError("primary_error", rep.PrimarySBError))
+			zap.String("pool", o.pool), zap.NamedError("primary_error", rep.PrimarySBError))
 	}
 	if !rep.WasClean {
 		log.Warn("pool was not unmounted cleanly; recovered",
-			zap.String("pool", *poolPath), zap.Int("journal_records_replayed", rep.ReplayedRecs),
+			zap.String("pool", o.pool), zap.Int("journal_records_replayed", rep.ReplayedRecs),
 			zap.Int("orphans_freed", rep.OrphansFreed), zap.Int("sessions_resumable", rep.SessionsOpen),
 			zap.Int("sessions_closed", rep.SessionsClosed))
 	}
-	var tier *embedding.Tier
-	if len(tierOpts.Devices) > 0 {
-		// Goroutines blocked in /dev/fuse reads and backing-file preads
-		// hold their P until the runtime's monitor hands it off (up to
-		// 10 ms later); with as few Ps as cores the SSD loaders then wait
-		// behind them. More Ps than cores keeps them running (measured:
-		// small-request p99 under load 4x lower on 2 cores).
-		if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 8 {
-			runtime.GOMAXPROCS(8)
-		}
-		tierOpts.Log = log
-		if tier, err = embedding.Prepare(p, tierOpts); err != nil {
-			p.Close()
-			return err
-		}
-	} else if ts := p.Tables(); len(ts) > 0 {
-		log.Warn("the pool has embedding tables but no --ssd was given: their reads and writes fail until you remount with --ssd",
-			zap.Int("tables", len(ts)))
+	return fields, nil
+}
+
+// start brings up the SSD tier, the cluster node and the FUSE mount, and
+// stamps the pool mounted. On failure the pool is closed.
+func (r *mountRun) start() error {
+	if err := r.prepareTier(); err != nil {
+		r.p.Close()
+		return err
 	}
-	closeTier := func() {
-		if tier != nil {
-			if err := tier.Close(); err != nil {
-				log.Error("closing the SSD tier", zap.Error(err))
-			}
-		}
-	}
-	if err := cl.Start(p); err != nil {
-		closeTier()
-		p.Close()
+	if err := r.cl.Start(r.p); err != nil {
+		r.closeTier()
+		r.p.Close()
 		return fmt.Errorf("cluster: %w", err)
 	}
-	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: *readCache, PageCache: *pageCache, Tier: tier, Cluster: cl})
-	opts := dfs.MountOptions(*poolPath, *allowOther, log)
+	return r.mount()
+}
+
+// prepareTier opens the SSD tier (DESIGN §Embedding tier) when --ssd is
+// given; it starts serving in mount, once the pool is stamped.
+func (r *mountRun) prepareTier() error {
+	if len(r.o.tier.Devices) == 0 {
+		if ts := r.p.Tables(); len(ts) > 0 {
+			r.log.Warn("the pool has embedding tables but no --ssd was given: their reads and writes fail until you remount with --ssd",
+				zap.Int("tables", len(ts)))
+		}
+		return nil
+	}
+	// Goroutines blocked in /dev/fuse reads and backing-file preads
+	// hold their P until the runtime's monitor hands it off (up to
+	// 10 ms later); with as few Ps as cores the SSD loaders then wait
+	// behind them. More Ps than cores keeps them running (measured:
+	// small-request p99 under load 4x lower on 2 cores).
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 8 {
+		runtime.GOMAXPROCS(8)
+	}
+	opts := r.o.tier
+	opts.Log = r.log
+	tier, err := embedding.Prepare(r.p, opts)
+	if err != nil {
+		return err
+	}
+	r.tier = tier
+	return nil
+}
+
+func (r *mountRun) closeTier() {
+	if r.tier != nil {
+		if err := r.tier.Close(); err != nil {
+			r.log.Error("closing the SSD tier", zap.Error(err))
+		}
+	}
+}
+
+// mount makes the FUSE mount and starts serving it: the pool is stamped
+// mounted and the tier started before the first request is served. On
+// failure it unmounts and closes the tier and the pool.
+func (r *mountRun) mount() error {
+	o, p, log := r.o, r.p, r.log
+	root := dfs.Root(p, dfs.Options{Log: log, ReadCache: o.readCache, PageCache: o.pageCache, Tier: r.tier, Cluster: r.cl})
+	opts := r.fuseOptions()
+	// Signals are caught before the mount appears: a SIGTERM in between
+	// would otherwise kill the daemon and leave a dead mount behind.
+	r.sigs = make(chan os.Signal, 2)
+	signal.Notify(r.sigs, syscall.SIGINT, syscall.SIGTERM)
+	// Mounted, but nothing is served before Serve: the kernel queues
+	// requests until then.
+	server, err := newServer(r.mx.FUSE(dfs.NewRawFS(root, p, opts, log)), o.mountpoint, &opts.MountOptions)
+	if err != nil {
+		r.closeTier()
+		p.Close()
+		return fmt.Errorf("mount %s on %s: %w", o.pool, o.mountpoint, err)
+	}
+	r.server = server
+	var startErr error
+	if !o.readOnly {
+		startErr = p.Stamp()
+	}
+	if startErr == nil && r.tier != nil {
+		startErr = r.tier.Start()
+	}
+	go server.Serve()
+	if startErr == nil {
+		startErr = server.WaitMount()
+	}
+	if startErr == nil && r.cl != nil {
+		r.cl.SetNotifier(notifier{server})
+	}
+	if startErr != nil {
+		// Unmount before anything uses the half-started tier.
+		if err := server.Unmount(); err != nil {
+			log.Error("unmounting after a failed start", zap.String("mountpoint", o.mountpoint), zap.Error(err))
+		}
+		r.closeTier()
+		p.Close()
+		return fmt.Errorf("mount %s on %s: %w", o.pool, o.mountpoint, startErr)
+	}
+	return nil
+}
+
+// fuseOptions are go-fuse's options for this mount: the kernel's view of
+// atime, read-only and device nodes.
+func (r *mountRun) fuseOptions() *gofs.Options {
+	o := r.o
+	opts := dfs.MountOptions(o.pool, o.allowOther, r.log)
 	// The atime mode shows in mountinfo like a local file system's (the
 	// kernel itself updates no atime on FUSE: the pool applies the rule).
-	switch atimeMode {
+	switch o.core.Atime {
 	case core.AtimeNever:
 		opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME
 	case core.AtimeStrict:
@@ -326,55 +331,27 @@ func runMount(args []string) error {
 	}
 	if os.Geteuid() != 0 {
 		opts.DirectMount = false // through fusermount3
-		if *readOnly {
+		if o.readOnly {
 			opts.Options = append(opts.Options, "ro")
 		}
-	} else {
-		opts.Options = append(opts.Options, deviceOptions(*nodev, *nosuid)...)
-		if *readOnly {
-			// The kernel refuses every change with EROFS, as on any
-			// read-only mount.
-			if opts.DirectMountFlags == 0 {
-				opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
-			}
-			opts.DirectMountFlags |= syscall.MS_RDONLY
+		return opts
+	}
+	opts.Options = append(opts.Options, deviceOptions(o.nodev, o.nosuid)...)
+	if o.readOnly {
+		// The kernel refuses every change with EROFS, as on any
+		// read-only mount.
+		if opts.DirectMountFlags == 0 {
+			opts.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
 		}
+		opts.DirectMountFlags |= syscall.MS_RDONLY
 	}
-	// Signals are caught before the mount appears: a SIGTERM in between
-	// would otherwise kill the daemon and leave a dead mount behind.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	// Mounted, but nothing is served before Serve: the kernel queues
-	// requests until then.
-	server, err := newServer(mx.FUSE(dfs.NewRawFS(root, p, opts, log)), mnt, &opts.MountOptions)
-	if err != nil {
-		closeTier()
-		p.Close()
-		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, err)
-	}
-	var startErr error
-	if !*readOnly {
-		startErr = p.Stamp()
-	}
-	if startErr == nil && tier != nil {
-		startErr = tier.Start()
-	}
-	go server.Serve()
-	if startErr == nil {
-		startErr = server.WaitMount()
-	}
-	if startErr == nil && cl != nil {
-		cl.SetNotifier(notifier{server})
-	}
-	if startErr != nil {
-		// Unmount before anything uses the half-started tier.
-		if err := server.Unmount(); err != nil {
-			log.Error("unmounting after a failed start", zap.String("mountpoint", mnt), zap.Error(err))
-		}
-		closeTier()
-		p.Close()
-		return fmt.Errorf("mount %s on %s: %w", *poolPath, mnt, startErr)
-	}
+	return opts
+}
+
+// reportKernelLimits logs the kernel settings that make FUSE requests
+// smaller than they could be (README, Tuning).
+func (r *mountRun) reportKernelLimits() {
+	log, mnt := r.log, r.o.mountpoint
 	if err := dfs.SetReadAhead(mnt); err != nil {
 		warn := log.Warn
 		if os.Geteuid() != 0 {
@@ -387,49 +364,62 @@ func runMount(args []string) error {
 			"`sysctl fs.fuse.max_pages_limit=257` (or more) before mounting lets it go as one (README, Tuning)",
 			zap.Int("max_pages_limit", limit), zap.Int("max_request_bytes", dfs.MaxRequest()))
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
+}
+
+// unmountOnSignal unmounts on SIGINT or SIGTERM, retrying while the mount
+// is busy; server.Wait then returns in run.
+func (r *mountRun) unmountOnSignal() {
+	log, mnt := r.log, r.o.mountpoint
+	for sig := range r.sigs {
+		notifyStopping()
+		log.Info("unmounting", zap.String("signal", sig.String()), zap.String("mountpoint", mnt))
+		for i := 0; ; i++ {
+			err := r.server.Unmount()
+			if err == nil {
+				return
+			}
+			if i%20 == 0 {
+				log.Warn("unmount failed; retrying (close files and leave directories under the mountpoint)",
+					zap.String("mountpoint", mnt), zap.Error(err))
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	announceReady(readyPipe, *logFile, log)
-	log.Info("mounted", fields...)
-	mx.Serve(metrics.Sources{Pool: p, Tier: tier, Cluster: cl})
+}
 
-	go func() {
-		for sig := range sigs {
-			notifyStopping()
-			log.Info("unmounting", zap.String("signal", sig.String()), zap.String("mountpoint", mnt))
-			for i := 0; ; i++ {
-				err := server.Unmount()
-				if err == nil {
-					return
-				}
-				if i%20 == 0 {
-					log.Warn("unmount failed; retrying (close files and leave directories under the mountpoint)",
-						zap.String("mountpoint", mnt), zap.Error(err))
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-	}()
-	server.Wait()
-	mx.Close() // before the pool it reads
+// shutdown closes everything after the unmount, readers before what they
+// read, and the pool last: a clean close is what the next mount needs to
+// skip recovery.
+func (r *mountRun) shutdown() error {
+	log, pool := r.log, r.o.pool
+	r.mx.Close() // before the pool it reads
 	// The cluster too: its chunk server and watches read the pool.
-	if err := cl.Close(); err != nil {
+	if err := r.cl.Close(); err != nil {
 		log.Warn("leaving the cluster", zap.Error(err))
 	}
-	closeTier()
-	if err := p.Close(); err != nil {
-		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", *poolPath), zap.Error(err))
-		return fmt.Errorf("closing %s: %w", *poolPath, err)
+	r.closeTier()
+	if err := r.p.Close(); err != nil {
+		log.Error("closing the pool failed; the next mount will recover it", zap.String("pool", pool), zap.Error(err))
+		return fmt.Errorf("closing %s: %w", pool, err)
 	}
-	if err := m.Close(); err != nil {
+	if err := r.m.Close(); err != nil {
 		return err
 	}
-	log.Info("unmounted cleanly", zap.String("pool", *poolPath), zap.String("mountpoint", mnt))
+	log.Info("unmounted cleanly", zap.String("pool", pool), zap.String("mountpoint", r.o.mountpoint))
 	return nil
+}
+
+// startCPUProfile profiles the daemon into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // deviceOptions are the mount options of a mount by root: device nodes
@@ -445,13 +435,6 @@ func deviceOptions(nodev, nosuid bool) []string {
 		o[1] = "nosuid"
 	}
 	return o
-}
-
-func unwrapPathErr(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
 }
 
 // newServer is fuse.NewServer with a failure told in one line. When the

@@ -85,8 +85,8 @@ var optionAliases = map[string]string{
 	"strictatime": "atime=strictatime",
 }
 
-// mountOptions is what -o asked for besides flags.
-type mountOptions struct {
+// extraOptions is what -o asked for besides flags.
+type extraOptions struct {
 	remount bool
 	raw     []string // as given, for a remount
 }
@@ -97,8 +97,8 @@ type mountOptions struct {
 // ssd=/nvme0:bw=800MiB/s,lat=90us). Unlike kv.Parse, an option may repeat
 // (mount(8) appends to fstab's; the last wins) and may be bare. A flag
 // given on the command line wins over the same -o option.
-func applyMountOptions(fl *pflag.FlagSet, lists []string) (mountOptions, error) {
-	mo := mountOptions{raw: lists}
+func applyMountOptions(fl *pflag.FlagSet, lists []string) (extraOptions, error) {
+	mo := extraOptions{raw: lists}
 	onCommandLine := map[string]bool{}
 	fl.Visit(func(f *pflag.Flag) { onCommandLine[f.Name] = true })
 	var opts []string
@@ -190,7 +190,7 @@ func mountOperands(fl *pflag.FlagSet, pool *string) (string, error) {
 // remount hands `-o remount,...` to the kernel: the daemon serving mnt
 // keeps running, and the VFS applies ro/rw and the atime flags (mount -i:
 // no helper, or this would start a second daemon).
-func remount(mnt string, mo mountOptions) error {
+func remount(mnt string, mo extraOptions) error {
 	// mount(8) runs its helpers with no PATH.
 	prog := "mount"
 	for _, p := range []string{"/usr/bin/mount", "/bin/mount"} {

@@ -121,7 +121,7 @@ func recoverPool(poolPath string, open func(string) (pmem.Medium, error), finish
 	p, rep, err := core.Open(m, core.Options{})
 	if err != nil {
 		m.Close()
-		return recoverReport{}, nil, fmt.Errorf("%s: %w", poolPath, err)
+		return recoverReport{}, nil, poolError(poolPath, err)
 	}
 	step("sessions")
 	report := recoverReport{Pool: poolPath, ClosedByRecovery: rep.SessionsClosed, Finished: []string{}, Abandoned: []string{}}

@@ -23,8 +23,8 @@ type warmChunk struct {
 }
 
 // runWarmup has the cluster pull the chunks of files into their home
-// nodes' pools ahead of a job (issue #17): each chunk through the
-// daemon's XattrWarmup on its file, several at once.
+// nodes' pools ahead of a job: each chunk through the daemon's
+// XattrWarmup on its file, several at once (DESIGN §Attach and warm-up).
 func runWarmup(args []string) error {
 	fl := newFlags("warmup")
 	limit := fl.String("bytes", "", "warm about this much (whole chunks, a size like 64GiB), files in the order given; default: all")
