@@ -95,11 +95,6 @@ func diffTrees(a, b string, full bool) []string {
 	if err != nil {
 		return []string{"walking B: " + err.Error()}
 	}
-	var diffs []string
-	add := func(format string, args ...any) bool {
-		diffs = append(diffs, fmt.Sprintf(format, args...))
-		return len(diffs) < maxReportedDiffs
-	}
 	names := map[string]bool{}
 	for k := range na {
 		names[k] = true
@@ -112,89 +107,84 @@ func diffTrees(a, b string, full bool) []string {
 		sorted = append(sorted, k)
 	}
 	sort.Strings(sorted)
+	var diffs []string
 	for _, rel := range sorted {
-		x, y := na[rel], nb[rel]
 		show := fmt.Sprintf("%q", shortPath(rel))
 		if rel == "" {
 			show = "(root)"
 		}
-		switch {
-		case x == nil:
-			if !add("%s: only in B (%s)", show, typeChar(y.mode)) {
-				return diffs
+		diffs = append(diffs, diffNode(show, na[rel], nb[rel])...)
+		if full && na[rel] != nil && nb[rel] != nil && na[rel].mode&unix.S_IFMT == nb[rel].mode&unix.S_IFMT {
+			pa, pb := a, b
+			if rel != "" {
+				pa, pb = a+"/"+rel, b+"/"+rel
 			}
-			continue
-		case y == nil:
-			if !add("%s: only in A (%s)", show, typeChar(x.mode)) {
-				return diffs
-			}
-			continue
+			diffs = append(diffs, diffData(show, pa, pb, na[rel], nb[rel])...)
 		}
-		if x.mode&unix.S_IFMT != y.mode&unix.S_IFMT {
-			if !add("%s: type A=%s B=%s", show, typeChar(x.mode), typeChar(y.mode)) {
-				return diffs
-			}
-			continue
-		}
-		typ := x.mode & unix.S_IFMT
-		if x.mode&0o7777 != y.mode&0o7777 {
-			if !add("%s: mode A=%04o B=%04o", show, x.mode&0o7777, y.mode&0o7777) {
-				return diffs
-			}
-		}
-		if x.uid != y.uid || x.gid != y.gid {
-			if !add("%s: owner A=%d:%d B=%d:%d", show, x.uid, x.gid, y.uid, y.gid) {
-				return diffs
-			}
-		}
-		if x.rdev != y.rdev {
-			if !add("%s: rdev A=%#x B=%#x", show, x.rdev, y.rdev) {
-				return diffs
-			}
-		}
-		if x.nlink != y.nlink {
-			if !add("%s: nlink A=%d B=%d", show, x.nlink, y.nlink) {
-				return diffs
-			}
-		}
-		if typ != unix.S_IFDIR && x.size != y.size {
-			if !add("%s: size A=%d B=%d", show, x.size, y.size) {
-				return diffs
-			}
-		}
-		if x.group != y.group {
-			if !add("%s: hard-link group A={%s} B={%s}", show, shortPath(x.group), shortPath(y.group)) {
-				return diffs
-			}
-		}
-		if typ == unix.S_IFLNK && x.target != y.target {
-			if !add("%s: symlink target A=%q B=%q", show, shortStr(x.target), shortStr(y.target)) {
-				return diffs
-			}
-		}
-		if !full {
-			continue
-		}
-		pa, pb := a, b
-		if rel != "" {
-			pa, pb = a+"/"+rel, b+"/"+rel
-		}
-		if typ == unix.S_IFREG && x.size == y.size {
-			if d := diffContents(pa, pb); d != "" {
-				if !add("%s: %s", show, d) {
-					return diffs
-				}
-			}
-		}
-		if typ == unix.S_IFREG || typ == unix.S_IFDIR {
-			if d := diffXattrs(pa, pb); d != "" {
-				if !add("%s: %s", show, d) {
-					return diffs
-				}
-			}
+		if len(diffs) >= maxReportedDiffs {
+			return diffs[:maxReportedDiffs]
 		}
 	}
 	return diffs
+}
+
+// diffNode describes how the metadata of one name differs between the
+// trees (x in A, y in B; nil where the name is missing).
+func diffNode(show string, x, y *node) []string {
+	var d []string
+	add := func(format string, args ...any) { d = append(d, show+": "+fmt.Sprintf(format, args...)) }
+	switch {
+	case x == nil:
+		add("only in B (%s)", typeChar(y.mode))
+		return d
+	case y == nil:
+		add("only in A (%s)", typeChar(x.mode))
+		return d
+	case x.mode&unix.S_IFMT != y.mode&unix.S_IFMT:
+		add("type A=%s B=%s", typeChar(x.mode), typeChar(y.mode))
+		return d
+	}
+	typ := x.mode & unix.S_IFMT
+	if x.mode&0o7777 != y.mode&0o7777 {
+		add("mode A=%04o B=%04o", x.mode&0o7777, y.mode&0o7777)
+	}
+	if x.uid != y.uid || x.gid != y.gid {
+		add("owner A=%d:%d B=%d:%d", x.uid, x.gid, y.uid, y.gid)
+	}
+	if x.rdev != y.rdev {
+		add("rdev A=%#x B=%#x", x.rdev, y.rdev)
+	}
+	if x.nlink != y.nlink {
+		add("nlink A=%d B=%d", x.nlink, y.nlink)
+	}
+	if typ != unix.S_IFDIR && x.size != y.size {
+		add("size A=%d B=%d", x.size, y.size)
+	}
+	if x.group != y.group {
+		add("hard-link group A={%s} B={%s}", shortPath(x.group), shortPath(y.group))
+	}
+	if typ == unix.S_IFLNK && x.target != y.target {
+		add("symlink target A=%q B=%q", shortStr(x.target), shortStr(y.target))
+	}
+	return d
+}
+
+// diffData describes how the contents and user.* xattrs of one name of
+// the same type differ between the trees (at paths pa and pb).
+func diffData(show, pa, pb string, x, y *node) []string {
+	var d []string
+	typ := x.mode & unix.S_IFMT
+	if typ == unix.S_IFREG && x.size == y.size {
+		if s := diffContents(pa, pb); s != "" {
+			d = append(d, show+": "+s)
+		}
+	}
+	if typ == unix.S_IFREG || typ == unix.S_IFDIR {
+		if s := diffXattrs(pa, pb); s != "" {
+			d = append(d, show+": "+s)
+		}
+	}
+	return d
 }
 
 func diffContents(a, b string) string {
