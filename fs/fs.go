@@ -635,16 +635,20 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
 }
 
+// Listxattr lists the names from one snapshot: sizing against one and
+// copying another would write past the kernel's buffer when a setxattr
+// lands between the two.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names := n.p.Listxattr(n.in)
 	var size int
-	for _, name := range n.p.Listxattr(n.in) {
+	for _, name := range names {
 		size += len(name) + 1
 	}
 	if len(dest) < size {
 		return uint32(size), syscall.ERANGE
 	}
 	p := 0
-	for _, name := range n.p.Listxattr(n.in) {
+	for _, name := range names {
 		p += copy(dest[p:], name)
 		dest[p] = 0
 		p++
