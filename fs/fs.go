@@ -35,8 +35,8 @@ type Options struct {
 	PageCache bool
 	// Tier is the SSD tier for embedding tables; nil without --ssd.
 	Tier *embedding.Tier
-	// Cluster makes the pool's regular files the cluster's (issue #17,
-	// DESIGN.md §Cluster); nil without --etcd, and then nothing changes.
+	// Cluster makes the pool's regular files the cluster's (DESIGN.md
+	// §Cluster); nil without --etcd, and then nothing changes.
 	Cluster *cluster.Node
 }
 

@@ -5,7 +5,7 @@
 // Peers, all on this machine in the same run: native tmpfs (a tmpfs mount of
 // our own), go-fuse's loopback example over that tmpfs, dnnfs --lock=range
 // (the default) and dnnfs --lock=file. Pools and tmpfs live in /dev/shm.
-// For issue #14's goals two more: the file system of a disk (a directory
+// For the disk-pool goals two more: the file system of a disk (a directory
 // under --disk-dir, /var/tmp by default) and dnnfs with its pool in a file
 // there; they run only the fresh-write and append workloads.
 //
@@ -18,7 +18,7 @@
 //  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
 //  4. Fresh writes (into a truncated or fallocated file, fsync at the end or
 //     every 64 MiB) and appends vs overwrites of 4 B and 4 KiB (goals.go).
-//  5. Issue #17's cluster (cluster.go): a checkpoint written on one dnnfs
+//  5. The cluster (DESIGN.md §Cluster) (cluster.go): a checkpoint written on one dnnfs
 //     node, loaded by 1, 2 and 4 others (etcd and versitygw started here),
 //     against rclone reading the same objects from S3. It runs once per
 //     run, whatever -systems says.
@@ -105,7 +105,7 @@ func main() {
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,loopback-plain,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
-	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
+	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (DESIGN.md §Cluster: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
 	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloatOr("CLUSTER_S3_MIBPS", 200), "cluster phase: after the rounds with S3 read directly (at memory speed on this machine), run them once more, in the first run, with S3 behind a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: no paced rounds)")
 	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
@@ -401,7 +401,7 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 					return ctx.Err()
 				}
 				if s.onDisk() && ph != "fresh" && ph != "append" {
-					continue // the disk systems are there for issue #14's workloads only
+					continue // the disk systems are there for the disk-pool workloads only
 				}
 				if s.Name == "loopback-plain" && ph != "fio" {
 					continue // a FUSE data-path peer: plainConfigs only

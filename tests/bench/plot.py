@@ -96,7 +96,7 @@ def main():
         if s["n"] > 0:
             summ[(s["id"], s["system"])] = s
     present = [s for s in SYSTEMS if any(k[1] == s for k in summ)]
-    # The disk systems run only issue #14's workloads (fresh, append).
+    # The disk systems run only the disk-pool workloads (fresh, append).
     shm = [s for s in present if s not in ("disk", "dnnfs-disk")]
     mode = res["params"]["mode"]
     m = res["machine"]

@@ -217,7 +217,7 @@ func ratioCell(r *Ratio) string {
 }
 
 func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote string, logs map[string][]string, systems []*System) string {
-	// The disk systems run only issue #14's workloads (section 4): the
+	// The disk systems run only the disk-pool workloads (section 4): the
 	// other tables leave them out.
 	var present []string
 	for _, s := range all {
@@ -337,7 +337,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 	pr("- Checkpoint: %s written as `ckpt.tmp` in 1 MiB writes (1 thread: sequential `write`; 4 threads: `ftruncate` to the size, then each thread `pwrite`s its contiguous quarter), `fsync`, `rename` over `ckpt`, `fsync` of the directory; MiB/s over the whole sequence. An unmeasured first save makes every measured save replace an existing checkpoint. Load: read it all in 1 MiB reads (1 thread sequential, 4 threads a quarter each), cold (after a remount) then warm.\n", sizeName(p.CkptBytes))
 	if b.machine.DiskFS != "" {
-		pr("- Issue #14's workloads (section 4) also run on the **disk** systems: the file system of the disk holding `%s` (%s) natively, and dnnfs with its emulated pool in a file in that same directory (as `make run` keeps its pool); the other workloads do not run there. **Fresh writes**: a new file system each time (a new pool, an emptied directory); the file is truncated or fallocated to its size, then written in 1 MiB writes (`--fallocate=none --end_fsync=1`, `--fsync=64` for every 64 MiB). **Appends**: 4 B and 4 KiB writes extending a new file against overwrites of a written file, writes/s.\n", b.o.diskDir, b.machine.DiskFS)
+		pr("- The disk-pool workloads (section 4) also run on the **disk** systems: the file system of the disk holding `%s` (%s) natively, and dnnfs with its emulated pool in a file in that same directory (as `make run` keeps its pool); the other workloads do not run there. **Fresh writes**: a new file system each time (a new pool, an emptied directory); the file is truncated or fallocated to its size, then written in 1 MiB writes (`--fallocate=none --end_fsync=1`, `--fsync=64` for every 64 MiB). **Appends**: 4 B and 4 KiB writes extending a new file against overwrites of a written file, writes/s.\n", b.o.diskDir, b.machine.DiskFS)
 	}
 	pr("- Sizes of this mode: fio %s per configuration, blocks %s, layouts %s; personality threads %v; checkpoint %s with %v thread(s).\n\n",
 		sizeName(p.MatrixBytes), blockList(p.Blocks), groupList(p.Groups), p.Threads, sizeName(p.CkptBytes), p.CkptThreads)
@@ -538,8 +538,8 @@ func fullNote2() string {
 	return fmt.Sprintf("**Full mode** is sized for about 40 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
 		"%s per fio configuration, in %s time-based runs (cold reads: up to %s), so the %d fio configurations × 3 (write, cold read, warm read) × 4 systems × %d runs stay near 20 minutes including a remount before every cold read; "+
 		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory; "+
-		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
-		"issue #17's cluster phase loading a %s checkpoint (section 5; about 5 minutes a run). "+
+		"the disk-pool writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
+		"the cluster phase (DESIGN.md §Cluster) loading a %s checkpoint (section 5; about 5 minutes a run). "+
 		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint, a %s cluster checkpoint.",
 		f.estimate(systemCount{mem: 4, disk: 2}, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
 		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime, sizeName(f.ClusterBytes),

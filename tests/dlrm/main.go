@@ -1,5 +1,5 @@
 // Command dlrm is a synthetic DLRM embedding workload against dnnfs's SSD
-// tier (issue #6's benchmark). It makes its own pool, SSD-tier
+// tier (DESIGN.md §Embedding tier). It makes its own pool, SSD-tier
 // directories and mounts, fills 26 tables with Criteo-Terabyte-like row
 // counts (capped), and measures, in one run:
 //
