@@ -160,11 +160,14 @@ test: deps vet build unit fuzz
 
 # bench measures dnnfs against native tmpfs and go-fuse's loopback example
 # (fio matrix, Filebench-like personalities, checkpoint save/load, Go
-# micro-benchmarks; and, for the disk-pool goals (DESIGN.md §An fsync, §Delayed commit), a pool on disk vs the disk's file
-# system, appends vs overwrites; for DESIGN.md §Cluster, a checkpoint written on one
-# cluster node loaded by 1, 2 and 4 others against rclone reading S3, with
-# the etcd and versitygw of `make deps`) and regenerates docs/BENCHMARKS.md
-# and docs/bench/. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
+# micro-benchmarks; and, for the disk-pool goals (DESIGN.md §An fsync,
+# §Delayed commit), a pool on disk vs the disk's file system, appends vs
+# overwrites; for DESIGN.md §Cluster, a checkpoint written on one cluster
+# node loaded by 1, 2 and 4 others against rclone reading S3, with the etcd
+# and versitygw of `make deps`) and regenerates the reports
+# (docs/BENCHMARKS.md, docs/bench/DLRM.md) and their headline plots
+# (docs/bench/*.png); the raw results (results.json, dlrm.json, every plot,
+# micro.txt, profiles) go to bench-out/, which git ignores. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
 # configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
 # behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp);
 # CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
@@ -177,10 +180,10 @@ bench: cluster-engines
 	$(MAKE) bench-dlrm
 
 # bench-dlrm: the synthetic DLRM workload on the SSD tier (DESIGN.md §Embedding tier):
-# docs/bench/DLRM.md and docs/bench/dlrm.json. QUICK=1: small tables.
+# docs/bench/DLRM.md, and bench-out/dlrm.json (raw, not tracked). QUICK=1: small tables.
 bench-dlrm: build
 	$(GO) build -o bin/dlrm ./tests/dlrm
-	./bin/dlrm -bin bin/dnnfs -out docs/bench $(if $(QUICK),-quick,)
+	./bin/dlrm -bin bin/dnnfs -out docs/bench -raw bench-out $(if $(QUICK),-quick,)
 
 clean:
-	rm -rf bin $(TEST_TMP)
+	rm -rf bin bench-out $(TEST_TMP)

@@ -1,6 +1,8 @@
 // Command bench is `make bench`: it measures dnnfs against its peers in one
-// run and regenerates docs/BENCHMARKS.md, docs/bench/results.json and the
-// plots in docs/bench/.
+// run and regenerates the report, docs/BENCHMARKS.md, with its headline
+// plots in docs/bench/ (tracked), and the raw results (results.json, every
+// plot, micro.txt, CPU profiles) in bench-out/ (ignored: they change on
+// every run).
 //
 // Peers, all on this machine in the same run: native tmpfs (a tmpfs mount of
 // our own), go-fuse's loopback example over that tmpfs, dnnfs --lock=range
@@ -55,6 +57,7 @@ type options struct {
 	profile   bool
 	repo      string // repository root
 	out       string // docs directory
+	raw       string // raw results directory (bench-out)
 	work      string // parent of the scratch directory (tmpfs)
 	diskDir   string // parent of the disk systems' scratch directory
 	poolHuge  string // huge= of the tmpfs holding the shm systems' pools
@@ -101,6 +104,7 @@ func main() {
 	flag.BoolVar(&o.profile, "profile", envBool("PROFILE"), "CPU-profile dnnfs on the 3 configurations furthest behind tmpfs (env PROFILE=1)")
 	flag.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
 	flag.StringVar(&o.out, "out", "", "output docs directory (default REPO/docs)")
+	flag.StringVar(&o.raw, "raw", "", "raw results directory: results.json, every plot, micro.txt, profiles (default REPO/bench-out, not tracked)")
 	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
@@ -149,7 +153,8 @@ type Bench struct {
 	o         options
 	p         params
 	repo      string
-	out       string
+	out       string // docs directory: the report and its headline plots
+	raw       string // raw results: results.json, every plot, micro.txt, profiles
 	w         string // scratch directory
 	tmpfs     string // our tmpfs mount: native/ and loopback source live here
 	poolfs    string // our tmpfs mount for the shm systems' pools (huge=o.poolHuge)
@@ -204,11 +209,8 @@ func run(o options) error {
 			return err
 		}
 	}
-	out := o.out
-	if out == "" {
-		out = filepath.Join(repo, "docs")
-	}
-	b := &Bench{o: o, p: newParams(o), repo: repo, out: out, started: time.Now(), active: map[*System]bool{}}
+	out, raw := outDirs(o, repo)
+	b := &Bench{o: o, p: newParams(o), repo: repo, out: out, raw: raw, started: time.Now(), active: map[*System]bool{}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -535,3 +537,16 @@ func (b *Bench) cleanup() {
 
 // NumCPU for the machine line.
 var numCPU = runtime.NumCPU()
+
+// outDirs returns the report's directory (REPO/docs unless -out) and the raw
+// results' (REPO/bench-out unless -raw).
+func outDirs(o options, repo string) (out, raw string) {
+	out, raw = o.out, o.raw
+	if out == "" {
+		out = filepath.Join(repo, "docs")
+	}
+	if raw == "" {
+		raw = filepath.Join(repo, "bench-out")
+	}
+	return out, raw
+}

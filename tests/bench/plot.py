@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Plots for docs/BENCHMARKS.md from docs/bench/results.json (tests/bench).
+"""Plots for docs/BENCHMARKS.md from bench-out/results.json (tests/bench):
+every plot goes to the raw directory; the report copies the headline ones to docs/bench/.
 
 usage: plot.py RESULTS.json OUTDIR   -- prints the PNG files it wrote, one a line.
 Needs matplotlib (Debian: python3-matplotlib).
