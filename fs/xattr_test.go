@@ -22,15 +22,7 @@ import (
 // ERANGE: one that sized against one snapshot of the names and copied
 // another wrote past the kernel's buffer and panicked the FUSE server.
 func TestListxattrRacesSetxattr(t *testing.T) {
-	m := pmem.NewMemory(64 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAndCheck(t, p, m) })
+	p := memPool(t)
 	in, err := p.Create(p.Root(), "f", core.NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		t.Fatal(err)
@@ -64,10 +56,10 @@ func TestListxattrRacesSetxattr(t *testing.T) {
 		}
 	}()
 	defer func() { close(done); wg.Wait() }()
-	// Several listers keep the inode's lock busy, so the writer waits long
+	// Eight listers keep the inode's lock busy, so the writer waits long
 	// enough for the mutex to hand it the lock between a lister's two
 	// acquisitions (sync.Mutex starvation mode), where the race was.
-	const listers = 4
+	const listers = 8
 	errs := make(chan error, listers)
 	for range listers {
 		go func() {
@@ -108,6 +100,22 @@ func listExact(n gofs.NodeListxattrer) (err error) {
 		return fmt.Errorf("listed %d bytes into %d", k, len(dest))
 	}
 	return nil
+}
+
+// memPool formats and opens a pool in memory; cleanup closes it and
+// requires fsck to find it clean.
+func memPool(t *testing.T) *core.FS {
+	t.Helper()
+	m := pmem.NewMemory(64 << 20)
+	if err := core.Format(m, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := core.Open(m, core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAndCheck(t, p, m) })
+	return p
 }
 
 // closeAndCheck closes an in-memory pool and requires fsck to find it
