@@ -11,13 +11,13 @@ TEST_TMP  ?= /dev/shm/dnnfs-test
 # Fuzz runs are bounded by executions, not time: a time bound makes the Go
 # fuzz coordinator fail with "context deadline exceeded" on a loaded machine.
 FUZZEXECS ?= 50000x
-# versitygw, the S3 server of the cluster tests (issue #17); `make deps` installs it.
+# versitygw, the S3 server of the cluster tests (DESIGN.md §Cluster); `make deps` installs it.
 VERSITYGW_VERSION ?= v1.8.0
 VERSITYGW := $(shell $(GO) env GOPATH)/bin/versitygw
 # staticcheck (honnef.co/go/tools), pinned; `make deps` installs it.
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
-# etcd for the cluster tests (issue #17): the server of the Go client's release
+# etcd for the cluster tests (DESIGN.md §Cluster): the server of the Go client's release
 # line, built by `make deps` at the version pinned in tests/clusterenv/etcdserver.
 ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" { sub(/^v/, "", $$2); print $$2 }' tests/clusterenv/etcdserver/go.mod)
 ETCD := $(shell $(GO) env GOPATH)/bin/etcd
@@ -80,7 +80,7 @@ deps: cluster-engines
 		{ echo "installing: staticcheck $(STATICCHECK_VERSION)"; $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 
 # cluster-engines: the etcd and S3 servers of the cluster tests and of make
-# bench's cluster phase (issue #17), built or installed when missing.
+# bench's cluster phase (DESIGN.md §Cluster), built or installed when missing.
 cluster-engines:
 	@$(GO) version -m $(VERSITYGW) 2>/dev/null | grep -qE '^[[:space:]]+mod[[:space:]]+github.com/versity/versitygw[[:space:]]+$(VERSITYGW_VERSION)[[:space:]]' || \
 		{ echo "installing: versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
@@ -160,11 +160,14 @@ test: deps vet build unit fuzz
 
 # bench measures dnnfs against native tmpfs and go-fuse's loopback example
 # (fio matrix, Filebench-like personalities, checkpoint save/load, Go
-# micro-benchmarks; and, for issue #14, a pool on disk vs the disk's file
-# system, appends vs overwrites; for issue #17, a checkpoint written on one
-# cluster node loaded by 1, 2 and 4 others against rclone reading S3, with
-# the etcd and versitygw of `make deps`) and regenerates docs/BENCHMARKS.md
-# and docs/bench/. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
+# micro-benchmarks; and, for the disk-pool goals (DESIGN.md §An fsync,
+# §Delayed commit), a pool on disk vs the disk's file system, appends vs
+# overwrites; for DESIGN.md §Cluster, a checkpoint written on one cluster
+# node loaded by 1, 2 and 4 others against rclone reading S3, with the etcd
+# and versitygw of `make deps`) and regenerates the reports
+# (docs/BENCHMARKS.md, docs/bench/DLRM.md) and their headline plots
+# (docs/bench/*.png); the raw results (results.json, dlrm.json, every plot,
+# micro.txt, profiles) go to bench-out/, which git ignores. Needs root. QUICK=1: under 5 minutes; RUNS=N: runs per
 # configuration; PROFILE=1: CPU profiles of dnnfs where it is furthest
 # behind tmpfs; DISKDIR=DIR: the disk directory (default /var/tmp);
 # CLUSTER_POOLS=shm|disk: where the cluster readers' pools go (default: shm
@@ -176,11 +179,11 @@ bench: cluster-engines
 	QUICK="$(QUICK)" RUNS="$(RUNS)" PROFILE="$(PROFILE)" DISKDIR="$(DISKDIR)" CLUSTER_POOLS="$(CLUSTER_POOLS)" CLUSTER_S3_MIBPS="$(CLUSTER_S3_MIBPS)" ./bin/bench
 	$(MAKE) bench-dlrm
 
-# bench-dlrm: the synthetic DLRM workload on the SSD tier (issue #6):
-# docs/bench/DLRM.md and docs/bench/dlrm.json. QUICK=1: small tables.
+# bench-dlrm: the synthetic DLRM workload on the SSD tier (DESIGN.md §Embedding tier):
+# docs/bench/DLRM.md, and bench-out/dlrm.json (raw, not tracked). QUICK=1: small tables.
 bench-dlrm: build
 	$(GO) build -o bin/dlrm ./tests/dlrm
-	./bin/dlrm -bin bin/dnnfs -out docs/bench $(if $(QUICK),-quick,)
+	./bin/dlrm -bin bin/dnnfs -out docs/bench -raw bench-out $(if $(QUICK),-quick,)
 
 clean:
-	rm -rf bin $(TEST_TMP)
+	rm -rf bin bench-out $(TEST_TMP)

@@ -35,8 +35,8 @@ type Options struct {
 	PageCache bool
 	// Tier is the SSD tier for embedding tables; nil without --ssd.
 	Tier *embedding.Tier
-	// Cluster makes the pool's regular files the cluster's (issue #17,
-	// DESIGN.md §Cluster); nil without --etcd, and then nothing changes.
+	// Cluster makes the pool's regular files the cluster's (DESIGN.md
+	// §Cluster); nil without --etcd, and then nothing changes.
 	Cluster *cluster.Node
 }
 
@@ -635,16 +635,20 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return n.fail("removexattr", n.p.Removexattr(n.in, attr))
 }
 
+// Listxattr lists the names from one snapshot: sizing against one and
+// copying another would write past the kernel's buffer when a setxattr
+// lands between the two.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names := n.p.Listxattr(n.in)
 	var size int
-	for _, name := range n.p.Listxattr(n.in) {
+	for _, name := range names {
 		size += len(name) + 1
 	}
 	if len(dest) < size {
 		return uint32(size), syscall.ERANGE
 	}
 	p := 0
-	for _, name := range n.p.Listxattr(n.in) {
+	for _, name := range names {
 		p += copy(dest[p:], name)
 		dest[p] = 0
 		p++

@@ -22,7 +22,6 @@ import (
 	"github.com/dnnfs/dnnfs/client"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 )
 
 // nodeInterfaces is every optional node interface go-fuse dispatches on.
@@ -91,15 +90,7 @@ func TestNodeInterfaces(t *testing.T) {
 
 // TestNewNodeKind checks that each inode kind gets its node type.
 func TestNewNodeKind(t *testing.T) {
-	m := pmem.NewMemory(64 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := memPool(t)
 	opts := &Options{}
 	for _, tc := range []struct {
 		mode   uint32

@@ -29,16 +29,10 @@
 // persisted (step 1 precedes step 2): they are applied again, which is
 // idempotent, and the word is cleared.
 //
-// Layout (offsets in bytes from the start of the journal region):
-//
-//	offset  size  field
-//	0       8     magic "DNFSJRNL"
-//	8       8     commit word (sequence number, 0 = none)
-//	4096    24    transaction header: seq u64, count u32, len u32, crc u32, pad u32
-//	4120    ...   records: off u64, len u32, pad u32, data padded to 8 bytes
-//
-// The CRC (CRC-32C over the header's first 16 bytes and all record bytes)
-// lets Replay tell a committed transaction from damaged media.
+// The byte layout of the region (header, commit word, transaction header,
+// records, and what the CRC covers, which lets Replay tell a committed
+// transaction from damaged media) is FORMAT.md "Metadata journal", which
+// format/format_test.go checks against the codec; it is not repeated here.
 //
 // A failed persist (the medium's Flush returned an error) never lets a
 // transaction count as done when it is not durable. A batch is one

@@ -5,7 +5,7 @@
 // scrape time, and times every FUSE request in a wrapper around the raw
 // file system.
 //
-// What it owns: the metric names and their help text (README, "Metrics";
+// What it owns: the metric names and their help text (docs/METRICS.md;
 // docs/grafana-dnnfs.json queries them), the listen-address rule (loopback
 // unless --metrics-allow-remote), the HTTP server of /metrics, the FUSE
 // request latency histograms, error counts and the open-handle gauge.

@@ -29,15 +29,14 @@
 //
 // # On-media layout
 //
-// An open session owns two runs of data blocks (FORMAT.md "Segmented-I/O
-// session: F_log and P_log"); n is the number of segments, 1 .. 1024:
+// An open session owns two runs of data blocks, the F_log (header and
+// one entry per segment) and the P_log (one Tail_ptr line per segment),
+// n segments, 1 .. 1024. Their byte layout is FORMAT.md "Segmented-I/O
+// session: F_log and P_log", which format/format_test.go checks against
+// the codecs; it is not repeated here.
 //
-//	region  blocks                        at                      byte   size  what
-//	F_log   ceil((64 + 64 n) / 4096)      the inode's F_log addr  0      64    header: crc, count n, P_log Blk, blocks, P_log blocks
-//	                                                              64+64i 64    entry i: Pid, P_flag, Part_addr_head, P_length, P_log_addr, Next, crc
-//	P_log   ceil(64 n / 4096)             the header's P_log      64i    8     Tail_ptr of segment i (rest of the 64-byte line zero)
-//
-// The inode links the log (FORMAT.md "Inode", bytes 184..211):
+// The inode links the log (its fields: FORMAT.md "Inode"); their values
+// by session state:
 //
 //	field        open session   finished        abandoned / none
 //	Process_num  n              n               0

@@ -1,6 +1,6 @@
 package main
 
-// The cluster phase (issue #17's benchmark): a checkpoint written on one
+// The cluster phase (DESIGN.md §Cluster): a checkpoint written on one
 // node and loaded by 1, 2 and 4 others, against plain reads of the same
 // objects from the S3 server with rclone.
 //

@@ -136,7 +136,7 @@ func (res *clusterResults) s3Share(row clusterRow) *Ratio {
 	})
 }
 
-// clusterGoals are issue #17's goals: the readers after the first at ≥ 2×
+// clusterGoals are the cluster goals (DESIGN.md §Cluster): the readers after the first at ≥ 2×
 // the S3-only rate, and S3 bytes ≈ 1× the file in all (at most 1.1×).
 func (b *Bench) clusterGoals(res *clusterResults) []goalRow {
 	if res == nil {
@@ -150,7 +150,7 @@ func (b *Bench) clusterGoals(res *clusterResults) []goalRow {
 	}
 	later := rows[len(rows)-1]
 	if r := res.speedup(later); r != nil {
-		out = append(out, goalRow{Name: fmt.Sprintf("#17: loading a %s checkpoint, readers 2–4 (after reader 1) / S3-only (rclone, 3 at once), MiB/s per reader%s", sizeName(res.Layout.FileBytes), paced), R: r, Min: 2})
+		out = append(out, goalRow{Name: fmt.Sprintf("cluster: loading a %s checkpoint, readers 2–4 (after reader 1) / S3-only (rclone, 3 at once), MiB/s per reader%s", sizeName(res.Layout.FileBytes), paced), R: r, Min: 2})
 	}
 	for _, row := range rows {
 		if row.Variant == "staggered" && row.Group == 2 {
@@ -161,7 +161,7 @@ func (b *Bench) clusterGoals(res *clusterResults) []goalRow {
 			label = "4 readers staggered"
 		}
 		if r := res.s3Share(row); r != nil {
-			out = append(out, goalRow{Name: "#17: S3 bytes in all / file size, " + label + paced, R: r, Max: 1.1})
+			out = append(out, goalRow{Name: "cluster: S3 bytes in all / file size, " + label + paced, R: r, Max: 1.1})
 		}
 	}
 	return out
@@ -188,7 +188,7 @@ func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading 
 	lay := res.Layout
 	file := sizeName(lay.FileBytes)
 	pr("%s\n\n", heading)
-	pr("Issue #17: a %s checkpoint written on one node, loaded by 1, 2 and 4 others, against plain reads of the same S3 objects with a maintained client (rclone). Goal: the second and later readers at ≥ 2× the S3-only rate, and S3 bytes ≈ 1× the file size in all, not 1× per reader (section 4's goal table).\n\n", file)
+	pr("DESIGN.md §Cluster: a %s checkpoint written on one node, loaded by 1, 2 and 4 others, against plain reads of the same S3 objects with a maintained client (rclone). Goal: the second and later readers at ≥ 2× the S3-only rate, and S3 bytes ≈ 1× the file size in all, not 1× per reader (section 4's goal table).\n\n", file)
 	pr("**Layout, all on this machine.** One etcd member (%s, %s) and one versitygw S3 server (%s, posix backend, its data directory `%s` on the disk), started by the driver and stopped by the pids it started. ",
 		lay.Etcd, lay.EtcdVersion, lay.S3Version, lay.S3Dir)
 	pr("dnnfs nodes, each a daemon with its own pool, peer servers on `127.0.0.N` with a free port each mount (`--peer-insecure`: plain HTTP), chunk size %s (`--chunk-size`): the writer `w` on 127.0.0.1 and readers `r1`..`r4` on 127.0.0.2..127.0.0.5. ", sizeName(lay.ChunkBytes))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #14's goals, measured side by side in one run with fio in a separate
+# The disk-pool goals (DESIGN.md §An fsync, §Delayed commit), measured side by side in one run with fio in a separate
 # process (psync, 1 MiB writes unless said otherwise; 4 jobs each own a
 # quarter of one file):
 #   a. pool file on a disk file system (DISKDIR, default /var/tmp) vs that
@@ -20,7 +20,7 @@
 #      read (dnnfs: after a remount; tmpfs has no colder state than its
 #      page cache, which is its storage: read again, as core.sh does).
 # Prints the measured values (median of RUNS runs) and one table with every
-# goal of the issue: the ratio (median of the per-run ratios; min..max when
+# goal (DESIGN.md §An fsync): the ratio (median of the per-run ratios; min..max when
 # RUNS > 1) and the goal. The machine's load average is printed before and
 # after: ratios from one run are comparable, absolute numbers on a shared
 # machine are not.
@@ -219,7 +219,7 @@ printf "%-44s %12s %12s %12s\n" "IOPS over $RT s" dnnfs loopback loopplain
 for jobs in 1 4; do printf "%-44s %12.0f %12.0f %12.0f\n" "random 4 KiB writes, $jobs job(s), shm pool" $(m rw-shm,$jobs) $(m rw-loop,$jobs) $(m rw-plain,$jobs); done
 
 echo
-echo "## goals of issue #14 (ratio: median of per-run ratios$([ $RUNS -gt 1 ] && echo ', min..max'))"
+echo "## disk-pool goals (ratio: median of per-run ratios$([ $RUNS -gt 1 ] && echo ', min..max'))"
 printf "| %-58s | %-18s | %-6s | %-4s |\n" goal measured goal met
 printf "|%s|%s|%s|%s|\n" "$(printf -- '-%.0s' {1..60})" "$(printf -- '-%.0s' {1..20})" "--------" "------"
 row() { # name key goal

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Issue #14's workloads (the focused script is tests/bench/disk.sh):
+// The disk-pool workloads (the focused script is tests/bench/disk.sh):
 //
 //   - fresh: one file written from start to end in 1 MiB writes by 1 or 4
 //     jobs (each a contiguous segment), into a file just truncated to its
@@ -202,7 +202,7 @@ func (st *stats) crossRatio(a, b, system string) *Ratio {
 	return r
 }
 
-// goalRow is one of issue #14's goals with its measured ratio.
+// goalRow is one of the disk-pool goals with its measured ratio.
 type goalRow struct {
 	Name string
 	R    *Ratio
@@ -210,7 +210,7 @@ type goalRow struct {
 	Max  float64 // or, when not 0: at most this ratio
 }
 
-// goals lists issue #14's goals that this run measured.
+// goals lists the disk-pool goals that this run measured.
 func (st *stats) goals(diskFS string) []goalRow {
 	var out []goalRow
 	add := func(name string, r *Ratio, min float64) {
@@ -284,19 +284,19 @@ func (b *Bench) goalsSection(w *strings.Builder, st *stats, present []string) {
 	only17 := len(cg) == len(gs) && len(fresh) == 0 && len(app) == 0
 	switch {
 	case only17:
-		pr("## 4. Goals of issue #17\n\n")
+		pr("## 4. Cluster goals (DESIGN.md §Cluster)\n\n")
 	case len(cg) > 0:
-		pr("## 4. Goals of issues #14 and #17; disk-backed pools, fresh blocks, appends\n\n")
+		pr("## 4. Disk-pool and cluster goals; disk-backed pools, fresh blocks, appends\n\n")
 	default:
-		pr("## 4. Issue #14: disk-backed pools, fresh blocks, appends\n\n")
+		pr("## 4. Disk-backed pools, fresh blocks, appends\n\n")
 	}
 	if len(gs) > 0 {
 		if only17 {
-			pr("Issue #17's goals, measured in section 5 (the cluster phase); median over the runs, min–max with more than one run.\n\n")
+			pr("The cluster goals (DESIGN.md §Cluster), measured in section 5 (the cluster phase); median over the runs, min–max with more than one run.\n\n")
 		} else {
-			pr("The goals of issue #14, each a ratio measured pair by pair within a run (median over the runs; min–max with more than one run). The focused script `tests/bench/disk.sh` measures the same at the issue's sizes.")
+			pr("The disk-pool goals (DESIGN.md §An fsync, §Delayed commit), each a ratio measured pair by pair within a run (median over the runs; min–max with more than one run). The focused script `tests/bench/disk.sh` measures the same at the goals' sizes.")
 			if len(cg) > 0 {
-				pr(" Issue #17's (rows marked #17) are from section 5, the cluster phase (S3 paced: 5b).")
+				pr(" The cluster's (rows marked cluster) are from section 5, the cluster phase (S3 paced: 5b).")
 			}
 			pr("\n\n")
 		}

@@ -122,7 +122,7 @@ var microPackages = []struct{ pkg, bench string }{
 }
 
 // runMicro runs the Go micro-benchmarks once (benchstat format) and keeps
-// the output for the report and docs/bench/micro.txt.
+// the output for the report and bench-out/micro.txt.
 func (b *Bench) runMicro(ctx context.Context) {
 	benchtime := "1s"
 	if b.p.Mode == "quick" {

@@ -1,11 +1,13 @@
 // Command bench is `make bench`: it measures dnnfs against its peers in one
-// run and regenerates docs/BENCHMARKS.md, docs/bench/results.json and the
-// plots in docs/bench/.
+// run and regenerates the report, docs/BENCHMARKS.md, with its headline
+// plots in docs/bench/ (tracked), and the raw results (results.json, every
+// plot, micro.txt, CPU profiles) in bench-out/ (ignored: they change on
+// every run).
 //
 // Peers, all on this machine in the same run: native tmpfs (a tmpfs mount of
 // our own), go-fuse's loopback example over that tmpfs, dnnfs --lock=range
 // (the default) and dnnfs --lock=file. Pools and tmpfs live in /dev/shm.
-// For issue #14's goals two more: the file system of a disk (a directory
+// For the disk-pool goals two more: the file system of a disk (a directory
 // under --disk-dir, /var/tmp by default) and dnnfs with its pool in a file
 // there; they run only the fresh-write and append workloads.
 //
@@ -18,7 +20,7 @@
 //  3. Checkpoint save (write tmp, fsync, rename, fsync dir) and load.
 //  4. Fresh writes (into a truncated or fallocated file, fsync at the end or
 //     every 64 MiB) and appends vs overwrites of 4 B and 4 KiB (goals.go).
-//  5. Issue #17's cluster (cluster.go): a checkpoint written on one dnnfs
+//  5. The cluster (DESIGN.md §Cluster) (cluster.go): a checkpoint written on one dnnfs
 //     node, loaded by 1, 2 and 4 others (etcd and versitygw started here),
 //     against rclone reading the same objects from S3. It runs once per
 //     run, whatever -systems says.
@@ -55,6 +57,7 @@ type options struct {
 	profile   bool
 	repo      string // repository root
 	out       string // docs directory
+	raw       string // raw results directory (bench-out)
 	work      string // parent of the scratch directory (tmpfs)
 	diskDir   string // parent of the disk systems' scratch directory
 	poolHuge  string // huge= of the tmpfs holding the shm systems' pools
@@ -101,11 +104,12 @@ func main() {
 	flag.BoolVar(&o.profile, "profile", envBool("PROFILE"), "CPU-profile dnnfs on the 3 configurations furthest behind tmpfs (env PROFILE=1)")
 	flag.StringVar(&o.repo, "repo", "", "repository root (default: found from the working directory)")
 	flag.StringVar(&o.out, "out", "", "output docs directory (default REPO/docs)")
+	flag.StringVar(&o.raw, "raw", "", "raw results directory: results.json, every plot, micro.txt, profiles (default REPO/bench-out, not tracked)")
 	flag.StringVar(&o.work, "work", "/dev/shm", "where the scratch directory (pools, tmpfs, mountpoints) goes")
 	flag.StringVar(&o.diskDir, "disk-dir", envOr("DISKDIR", "/var/tmp"), "a directory on a disk file system for the disk systems (env DISKDIR)")
 	flag.StringVar(&o.poolHuge, "pool-huge", envOr("POOL_HUGE", "never"), "huge= option of the tmpfs that holds the shm pools: never, as /dev/shm has it, or within_size (README, \"Where to keep a pool\") (env POOL_HUGE)")
 	flag.StringVar(&o.systems, "systems", "tmpfs,loopback,loopback-plain,dnnfs-range,dnnfs-file,disk,dnnfs-disk", "systems to measure (debugging)")
-	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (issue #17: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
+	flag.StringVar(&o.phases, "phases", "fio,personality,checkpoint,fresh,append,cluster,micro", "workloads to run (debugging): fio, personality, checkpoint, fresh, append, cluster (DESIGN.md §Cluster: etcd, versitygw and 5 dnnfs nodes, against rclone), micro (go test -bench)")
 	flag.Float64Var(&o.clusterS3MiBps, "cluster-s3-mibps", envFloatOr("CLUSTER_S3_MIBPS", 200), "cluster phase: after the rounds with S3 read directly (at memory speed on this machine), run them once more, in the first run, with S3 behind a proxy that paces all its replies together to this many MiB/s, as a store across a network (env CLUSTER_S3_MIBPS; 0: no paced rounds)")
 	flag.StringVar(&o.clusterPools, "cluster-pools", envOr("CLUSTER_POOLS", "auto"), "where the cluster phase's reader pools go: shm, disk (under -disk-dir) or auto (shm when four fit in the available memory) (env CLUSTER_POOLS)")
 	flag.BoolVar(&o.noInstall, "no-install", false, "do not apt-get install missing tools")
@@ -149,7 +153,8 @@ type Bench struct {
 	o         options
 	p         params
 	repo      string
-	out       string
+	out       string // docs directory: the report and its headline plots
+	raw       string // raw results: results.json, every plot, micro.txt, profiles
 	w         string // scratch directory
 	tmpfs     string // our tmpfs mount: native/ and loopback source live here
 	poolfs    string // our tmpfs mount for the shm systems' pools (huge=o.poolHuge)
@@ -204,11 +209,8 @@ func run(o options) error {
 			return err
 		}
 	}
-	out := o.out
-	if out == "" {
-		out = filepath.Join(repo, "docs")
-	}
-	b := &Bench{o: o, p: newParams(o), repo: repo, out: out, started: time.Now(), active: map[*System]bool{}}
+	out, raw := outDirs(o, repo)
+	b := &Bench{o: o, p: newParams(o), repo: repo, out: out, raw: raw, started: time.Now(), active: map[*System]bool{}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -401,7 +403,7 @@ func (b *Bench) runAll(ctx context.Context, systems []*System) error {
 					return ctx.Err()
 				}
 				if s.onDisk() && ph != "fresh" && ph != "append" {
-					continue // the disk systems are there for issue #14's workloads only
+					continue // the disk systems are there for the disk-pool workloads only
 				}
 				if s.Name == "loopback-plain" && ph != "fio" {
 					continue // a FUSE data-path peer: plainConfigs only
@@ -535,3 +537,16 @@ func (b *Bench) cleanup() {
 
 // NumCPU for the machine line.
 var numCPU = runtime.NumCPU()
+
+// outDirs returns the report's directory (REPO/docs unless -out) and the raw
+// results' (REPO/bench-out unless -raw).
+func outDirs(o options, repo string) (out, raw string) {
+	out, raw = o.out, o.raw
+	if out == "" {
+		out = filepath.Join(repo, "docs")
+	}
+	if raw == "" {
+		raw = filepath.Join(repo, "bench-out")
+	}
+	return out, raw
+}

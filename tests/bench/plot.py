@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Plots for docs/BENCHMARKS.md from docs/bench/results.json (tests/bench).
+"""Plots for docs/BENCHMARKS.md from bench-out/results.json (tests/bench):
+every plot goes to the raw directory; the report copies the headline ones to docs/bench/.
 
 usage: plot.py RESULTS.json OUTDIR   -- prints the PNG files it wrote, one a line.
 Needs matplotlib (Debian: python3-matplotlib).
@@ -96,7 +97,7 @@ def main():
         if s["n"] > 0:
             summ[(s["id"], s["system"])] = s
     present = [s for s in SYSTEMS if any(k[1] == s for k in summ)]
-    # The disk systems run only issue #14's workloads (fresh, append).
+    # The disk systems run only the disk-pool workloads (fresh, append).
     shm = [s for s in present if s not in ("disk", "dnnfs-disk")]
     mode = res["params"]["mode"]
     m = res["machine"]

@@ -14,13 +14,13 @@ type profileOut struct {
 	ID    string  `json:"id"`
 	Title string  `json:"title"`
 	Ratio float64 `json:"ratio_vs_tmpfs"`
-	File  string  `json:"file"` // under docs/bench/
+	File  string  `json:"file"` // under the raw directory (bench-out/)
 	Err   string  `json:"error,omitempty"`
 }
 
 // runProfiles re-runs the 3 configurations where dnnfs --lock=range is
 // furthest behind tmpfs (lowest median ratio) on a dnnfs mounted with
-// --cpuprofile, and writes `go tool pprof -top` of each to docs/bench/.
+// --cpuprofile, and writes `go tool pprof -top` of each to bench-out/.
 func (b *Bench) runProfiles(ctx context.Context, systems []*System) error {
 	var dn *System
 	for _, s := range systems {
@@ -46,7 +46,7 @@ func (b *Bench) runProfiles(ctx context.Context, systems []*System) error {
 	if len(cands) > 3 {
 		cands = cands[:3]
 	}
-	dir := filepath.Join(b.out, "bench")
+	dir := b.raw
 	os.MkdirAll(dir, 0o755)
 	old, _ := filepath.Glob(filepath.Join(dir, "profile-*.txt"))
 	for _, f := range old {

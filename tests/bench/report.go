@@ -97,9 +97,10 @@ type systemInfo struct {
 	Mount string `json:"mount_command,omitempty"`
 }
 
-// report writes docs/bench/results.json, the plots and docs/BENCHMARKS.md.
+// report writes results.json, micro.txt and every plot into the raw
+// directory, and docs/BENCHMARKS.md with its headline plots in docs/bench/.
 func (b *Bench) report(logs map[string][]string, systems []*System) error {
-	dir := filepath.Join(b.out, "bench")
+	dir := b.raw
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -144,6 +145,11 @@ func (b *Bench) report(logs map[string][]string, systems []*System) error {
 	}
 
 	plots, plotNote := b.plot(resPath, dir)
+	if plotNote == "" { // no plots made: docs/bench keeps the last run's
+		if err := b.copyHeadlines(dir, plots); err != nil {
+			return err
+		}
+	}
 	md := b.markdown(st, present, plots, plotNote, logs, systems)
 	path := filepath.Join(b.out, "BENCHMARKS.md")
 	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
@@ -174,6 +180,38 @@ func (b *Bench) plot(resPath, dir string) ([]string, string) {
 		}
 	}
 	return plots, ""
+}
+
+// headlinePlots are the plots the report embeds from docs/bench/ (tracked):
+// small and large I/O against the peers, the checkpoint and the cluster.
+// The others stay in the raw directory.
+var headlinePlots = map[string]bool{
+	"fio-jobs-4KiB.png": true, "fio-jobs-1MiB.png": true, "checkpoint.png": true, "cluster.png": true,
+}
+
+// copyHeadlines copies this run's headline plots from the raw directory into
+// docs/bench/, removing the headline plots this run did not make.
+func (b *Bench) copyHeadlines(raw string, plots []string) error {
+	dir := filepath.Join(b.out, "bench")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for f := range headlinePlots {
+		os.Remove(filepath.Join(dir, f))
+	}
+	for _, f := range plots {
+		if !headlinePlots[f] {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(raw, f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func fmtVal(v float64) string {
@@ -217,7 +255,7 @@ func ratioCell(r *Ratio) string {
 }
 
 func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote string, logs map[string][]string, systems []*System) string {
-	// The disk systems run only issue #14's workloads (section 4): the
+	// The disk systems run only the disk-pool workloads (section 4): the
 	// other tables leave them out.
 	var present []string
 	for _, s := range all {
@@ -302,7 +340,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 
 	pr("## How to reproduce\n\n")
 	pr("```sh\nmake bench            # full: %s\nmake bench QUICK=1    # quick: under 5 minutes, a subset at small sizes\nmake bench RUNS=5     # more runs of every configuration\nmake bench PROFILE=1  # also CPU-profile dnnfs where it is furthest behind tmpfs\nmake bench CLUSTER_S3_MIBPS=100  # section 5b's rounds with S3 paced to 100 MiB/s (default 200; 0: none)\n```\n\n", fullNote)
-	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs`, go-fuse's `example/loopback` from the module cache and `tests/bench/loopplain` (the same loopback with FUSE passthrough off; it runs only the random 4 KiB writes, 1 MiB writes and cold reads), makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page, [bench/results.json](bench/results.json) (every measurement with its exact command), the plots in [bench/](bench/).\n\n")
+	pr("Run as root (it mounts tmpfs and FUSE file systems) on an otherwise idle machine. `make bench` builds and runs `tests/bench` (Go); it installs fio and python3-matplotlib with apt-get when missing, builds `cmd/dnnfs`, go-fuse's `example/loopback` from the module cache and `tests/bench/loopplain` (the same loopback with FUSE passthrough off; it runs only the random 4 KiB writes, 1 MiB writes and cold reads), makes its own tmpfs mount and pools in a scratch directory under /dev/shm, and unmounts and removes everything on exit or Ctrl-C. Results: this page with its headline plots; the raw results of the run, `bench-out/results.json` (every measurement with its exact command), every plot, `micro.txt` and the CPU profiles, are in `bench-out/` at the repository root, which `make bench` writes and git ignores.\n\n")
 	pr("Go micro-benchmarks of the hot paths (named for benchstat):\n\n```sh\nTMPDIR=/dev/shm go test -run '^$' -bench . -count 10 ./pmem ./lock ./journal ./core > new.txt\nbenchstat old.txt new.txt\n```\n\n")
 
 	pr("## Method\n\n")
@@ -337,7 +375,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 	}
 	pr("- Checkpoint: %s written as `ckpt.tmp` in 1 MiB writes (1 thread: sequential `write`; 4 threads: `ftruncate` to the size, then each thread `pwrite`s its contiguous quarter), `fsync`, `rename` over `ckpt`, `fsync` of the directory; MiB/s over the whole sequence. An unmeasured first save makes every measured save replace an existing checkpoint. Load: read it all in 1 MiB reads (1 thread sequential, 4 threads a quarter each), cold (after a remount) then warm.\n", sizeName(p.CkptBytes))
 	if b.machine.DiskFS != "" {
-		pr("- Issue #14's workloads (section 4) also run on the **disk** systems: the file system of the disk holding `%s` (%s) natively, and dnnfs with its emulated pool in a file in that same directory (as `make run` keeps its pool); the other workloads do not run there. **Fresh writes**: a new file system each time (a new pool, an emptied directory); the file is truncated or fallocated to its size, then written in 1 MiB writes (`--fallocate=none --end_fsync=1`, `--fsync=64` for every 64 MiB). **Appends**: 4 B and 4 KiB writes extending a new file against overwrites of a written file, writes/s.\n", b.o.diskDir, b.machine.DiskFS)
+		pr("- The disk-pool workloads (section 4) also run on the **disk** systems: the file system of the disk holding `%s` (%s) natively, and dnnfs with its emulated pool in a file in that same directory (as `make run` keeps its pool); the other workloads do not run there. **Fresh writes**: a new file system each time (a new pool, an emptied directory); the file is truncated or fallocated to its size, then written in 1 MiB writes (`--fallocate=none --end_fsync=1`, `--fsync=64` for every 64 MiB). **Appends**: 4 B and 4 KiB writes extending a new file against overwrites of a written file, writes/s.\n", b.o.diskDir, b.machine.DiskFS)
 	}
 	pr("- Sizes of this mode: fio %s per configuration, blocks %s, layouts %s; personality threads %v; checkpoint %s with %v thread(s).\n\n",
 		sizeName(p.MatrixBytes), blockList(p.Blocks), groupList(p.Groups), p.Threads, sizeName(p.CkptBytes), p.CkptThreads)
@@ -349,8 +387,16 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 		if plotNote != "" {
 			pr("%s\n\n", plotNote)
 		}
+		var others []string
 		for _, f := range plots {
-			pr("![%s](bench/%s)\n\n", strings.TrimSuffix(f, ".png"), f)
+			if headlinePlots[f] {
+				pr("![%s](bench/%s)\n\n", strings.TrimSuffix(f, ".png"), f)
+			} else {
+				others = append(others, "`"+f+"`")
+			}
+		}
+		if len(others) > 0 {
+			pr("The run's other plots are in `bench-out/` (not tracked): %s.\n\n", strings.Join(others, ", "))
 		}
 	}
 
@@ -433,7 +479,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 
 	if b.micro != "" {
 		pr("## Go micro-benchmarks\n\n")
-		pr("One pass (`-count 1`, quick mode `-benchtime 200ms`) from this run, also in [bench/micro.txt](bench/micro.txt) for benchstat. `pmem`: Persist of 64 B / 4 KiB / 1 MiB (msync of an emulated pool; `BenchmarkFlushCPU`: the cache-line flush loop); `lock`: range-lock Acquire+Release uncontended and contended; `journal`: one metadata transaction commit (`memory` = the protocol's CPU cost, `emulated` = with msync); `core`: the data path below FUSE on a memory pool.\n\n")
+		pr("One pass (`-count 1`, quick mode `-benchtime 200ms`) from this run, also in `bench-out/micro.txt` for benchstat. `pmem`: Persist of 64 B / 4 KiB / 1 MiB (msync of an emulated pool; `BenchmarkFlushCPU`: the cache-line flush loop); `lock`: range-lock Acquire+Release uncontended and contended; `journal`: one metadata transaction commit (`memory` = the protocol's CPU cost, `emulated` = with msync); `core`: the data path below FUSE on a memory pool.\n\n")
 		pr("```\n%s```\n\n", b.micro)
 	}
 
@@ -442,7 +488,7 @@ func (b *Bench) markdown(st *stats, all []string, plots []string, plotNote strin
 		pr("dnnfs --lock=range re-run under `--cpuprofile` on the configurations furthest behind tmpfs; `go tool pprof -top` of each:\n\n")
 		for _, po := range b.profiles {
 			if po.File != "" {
-				pr("- [%s](bench/%s) (%.2f× tmpfs)\n", po.Title, po.File, po.Ratio)
+				pr("- %s (%.2f× tmpfs): `bench-out/%s`\n", po.Title, po.Ratio, po.File)
 			} else {
 				pr("- %s (%.2f× tmpfs): no profile: %s\n", po.Title, po.Ratio, oneLine(po.Err, 300))
 			}
@@ -538,8 +584,8 @@ func fullNote2() string {
 	return fmt.Sprintf("**Full mode** is sized for about 40 minutes on an idle 2-core, 24 GiB machine (the driver's own estimate: %s plus builds and micro-benchmarks): %d runs; "+
 		"%s per fio configuration, in %s time-based runs (cold reads: up to %s), so the %d fio configurations × 3 (write, cold read, warm read) × 4 systems × %d runs stay near 20 minutes including a remount before every cold read; "+
 		"personalities with %v threads for %s each; a %s checkpoint, which fits twice (old and new) in each system's memory; "+
-		"issue #14's writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
-		"issue #17's cluster phase loading a %s checkpoint (section 5; about 5 minutes a run). "+
+		"the disk-pool writes into a new %s file and %s appends/overwrites on 6 systems (about 10 minutes); "+
+		"the cluster phase (DESIGN.md §Cluster) loading a %s checkpoint (section 5; about 5 minutes a run). "+
 		"Larger files would mostly measure the same memory bandwidth for longer; RUNS=N tightens the spread. Quick mode: 1 run, %s per fio configuration, blocks %s, layouts %s, %v threads, a %s checkpoint, a %s cluster checkpoint.",
 		f.estimate(systemCount{mem: 4, disk: 2}, all).Round(time.Minute), f.Runs, sizeName(f.MatrixBytes), f.FioTime, f.ColdCap, len(f.Groups)*len(f.Blocks)*2, f.Runs,
 		f.Threads, f.PersTime, sizeName(f.CkptBytes), sizeName(f.FreshBytes), f.AppendTime, sizeName(f.ClusterBytes),
@@ -631,16 +677,13 @@ func reportOnly(o options) error {
 			return err
 		}
 	}
-	out := o.out
-	if out == "" {
-		out = filepath.Join(repo, "docs")
-	}
+	out, raw := outDirs(o, repo)
 	p := res.Params
 	p.fioTime, _ = time.ParseDuration(p.FioTime)
 	p.coldCap, _ = time.ParseDuration(p.ColdCap)
 	p.persTime, _ = time.ParseDuration(p.PersTime)
 	p.appendTime, _ = time.ParseDuration(p.AppendTime)
-	b := &Bench{o: o, p: p, repo: repo, out: out, started: time.Now(), machine: res.Machine, meas: res.Measurements,
+	b := &Bench{o: o, p: p, repo: repo, out: out, raw: raw, started: time.Now(), machine: res.Machine, meas: res.Measurements,
 		failures: res.Failures, profiles: res.Profiles, micro: res.Micro, cluster: res.Cluster, clusterPaced: res.ClusterPaced,
 		elapsed: time.Duration(res.Elapsed * float64(time.Second)), active: map[*System]bool{}}
 	for _, c := range res.Configs {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #14: the daemon's CPU per GiB written and its memory during a large
+# Disk-backed pools (DESIGN.md §An fsync): the daemon's CPU per GiB written and its memory during a large
 # checkpoint save. fio (a separate process) writes SIZE GiB into one
 # truncated file with 1 MiB psync writes, 4 jobs each owning a quarter, and
 # fsyncs it at the end; meanwhile the daemon's /proc/PID/stat (utime +

@@ -81,11 +81,11 @@ func newSystem(b *Bench, name string) *System {
 
 func (s *System) fuse() bool { return s.kind != "tmpfs" && s.kind != "disk" }
 
-// onDisk: the system keeps its data on the disk (issue #14's peers).
+// onDisk: the system keeps its data on the disk (the disk-pool peers).
 func (s *System) onDisk() bool { return s.Name == "disk" || s.Name == "dnnfs-disk" }
 
 // plainConfigs are the fio configurations loopback-plain runs: the ones
-// where a FUSE daemon's own data path is what is compared (issue #14's
+// where a FUSE daemon's own data path is what is compared (the disk-pool
 // random 4 KiB goal; 1 MiB writes and cold reads for reference).
 func plainConfigs() map[string]bool {
 	m := map[string]bool{}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #14: the daemon's CPU per GiB written, which a loaded machine blurs
+# Disk-backed pools (DESIGN.md §An fsync): the daemon's CPU per GiB written, which a loaded machine blurs
 # less than MiB/s. fio (a separate process) writes SIZE MiB with 1 MiB psync
 # writes and end_fsync, 1 job and 4 (each owning a quarter), into a file
 # made just before by truncate (sparse) or fallocate; the daemon's utime +

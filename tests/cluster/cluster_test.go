@@ -1047,7 +1047,7 @@ var metricsURL = regexp.MustCompile(`http://[0-9.:\[\]]+/metrics`)
 // checkClusterMetrics scrapes node f (mounted with --metrics-listen, idle
 // now) and checks the cluster series against its `dnnfs status --json`:
 // the same counters, read when scraped. Every dnnfs_cluster_ series is on
-// the Grafana dashboard and in README's "Metrics" section, and every one
+// the Grafana dashboard and in docs/METRICS.md, and every one
 // the dashboard queries is in the scrape.
 func checkClusterMetrics(t *testing.T, f *harness.FS) {
 	t.Helper()
@@ -1103,12 +1103,10 @@ func checkClusterMetrics(t *testing.T, f *harness.FS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	metricsDoc, err := os.ReadFile("../../docs/METRICS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(readme), "\n## Metrics\n")
-	section, _, _ = strings.Cut(section, "\n## ")
 	for _, name := range regexp.MustCompile(`\bdnnfs_cluster_[a-z0-9_]+`).FindAllString(string(dash), -1) {
 		if !fam.Has(name) {
 			t.Errorf("the dashboard queries %s, which a cluster node's scrape does not have", name)
@@ -1121,8 +1119,8 @@ func checkClusterMetrics(t *testing.T, f *harness.FS) {
 		if !strings.Contains(string(dash), name) {
 			t.Errorf("%s is not on the dashboard (docs/grafana-dnnfs.json)", name)
 		}
-		if !strings.Contains(section, "`"+name+"`") {
-			t.Errorf("%s is not in README's \"Metrics\" section", name)
+		if !strings.Contains(string(metricsDoc), "`"+name+"`") {
+			t.Errorf("%s is not in docs/METRICS.md", name)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 // Command dlrm is a synthetic DLRM embedding workload against dnnfs's SSD
-// tier (issue #6's benchmark). It makes its own pool, SSD-tier
+// tier (DESIGN.md §Embedding tier). It makes its own pool, SSD-tier
 // directories and mounts, fills 26 tables with Criteo-Terabyte-like row
 // counts (capped), and measures, in one run:
 //
@@ -13,7 +13,7 @@
 //     mount vs direct preads of the backing files without FUSE (ceiling);
 //   - bytes read from the backing files per useful byte.
 //
-// Usage (root, FUSE): go run ./tests/dlrm [-quick] [-bin bin/dnnfs] [-out docs/bench]
+// Usage (root, FUSE): go run ./tests/dlrm [-quick] [-bin bin/dnnfs] [-out docs/bench] [-raw bench-out]
 package main
 
 import (
@@ -47,6 +47,7 @@ var criteoRows = []int{39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 3
 
 type config struct {
 	bin, work, out string
+	raw            string // where dlrm.json goes (bench-out, not tracked)
 	quick          bool
 	cap            int
 	dim            int
@@ -65,7 +66,8 @@ func main() {
 	var c config
 	flag.StringVar(&c.bin, "bin", "bin/dnnfs", "dnnfs binary")
 	flag.StringVar(&c.work, "work", "/dev/shm/dnnfs-dlrm", "scratch directory (pool, SSD dirs, mount); removed at the end")
-	flag.StringVar(&c.out, "out", "docs/bench", "where dlrm.json and DLRM.md go")
+	flag.StringVar(&c.out, "out", "docs/bench", "where DLRM.md goes")
+	flag.StringVar(&c.raw, "raw", "bench-out", "where dlrm.json, the raw results, goes (not tracked)")
 	flag.BoolVar(&c.quick, "quick", false, "small tables and short points (a couple of minutes)")
 	flag.IntVar(&c.cap, "cap", 2_000_000, "rows cap per table")
 	flag.IntVar(&c.dim, "dim", 64, "embedding dimension (fp32)")
@@ -78,11 +80,11 @@ func main() {
 	flag.StringVar(&c.computeLoads, "compute-loads", "light,heavy", "loads of the compute-stage comparison: light (the workload above) and heavy (multi-hot: f16 tables, dim 128, weighted sums of ~40 rows)")
 	flag.StringVar(&c.computeDevices, "compute-devices", "native,model,nvme", "devices of the compute-stage comparison: native, model (-model), nvme (-nvme-model, heavy load only)")
 	flag.StringVar(&c.nvmeModel, "nvme-model", "bw=2GiB/s,lat=90us,channels=4,sector=512", "a faster device model the heavy load also runs under (empty: none)")
-	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -out without measuring")
+	reportOnly := flag.Bool("report-only", false, "rewrite DLRM.md from the dlrm.json in -raw without measuring")
 	flag.Parse()
 	if *reportOnly {
 		var rep report
-		b, err := os.ReadFile(filepath.Join(c.out, "dlrm.json"))
+		b, err := os.ReadFile(filepath.Join(c.raw, "dlrm.json"))
 		if err == nil {
 			err = json.Unmarshal(b, &rep)
 		}

@@ -1,6 +1,6 @@
 package e2e_test
 
-// Daemon mode (issue #15): `dnnfs mount` without -f returns once the mount
+// Daemon mode (README "Install"): `dnnfs mount` without -f returns once the mount
 // is live and leaves a daemon; a mount that cannot start exits non-zero
 // with the reason and leaves nothing; SIGTERM unmounts cleanly; under
 // systemd (the unit's own command line) it reports READY=1.

@@ -1,6 +1,6 @@
 package e2e_test
 
-// make install / make uninstall (issue #15) into a DESTDIR: the tree holds
+// make install / make uninstall (README "Install") into a DESTDIR: the tree holds
 // what an admin expects where the system looks for it, the installed
 // binary runs the README's commands with no bin/ on PATH, and uninstall
 // leaves no file behind.

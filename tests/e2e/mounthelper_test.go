@@ -1,6 +1,6 @@
 package e2e_test
 
-// The mount(8) helper (issue #15): mount -t fuse.dnnfs, an fstab line
+// The mount(8) helper (README "Install"): mount -t fuse.dnnfs, an fstab line
 // through mount -a -T and mount -T, remount through the kernel, umount, -o
 // options reaching the daemon, and fuse3's mount.fuse running `dnnfs POOL
 // MNT -o OPTS`. mount(8) looks for /sbin/mount.fuse.dnnfs, so the test runs

@@ -31,13 +31,13 @@ var layer = map[string]int{
 	"recovery":         4,
 	"core":             5,
 	"embedding":        6,
-	"cluster":          6, // the glue of #17: pool files as cluster files (core, peer, namespace, objstore)
+	"cluster":          6, // the glue of DESIGN §Cluster: pool files as cluster files (core, peer, namespace, objstore)
 	"fs":               7,
 	"internal/metrics": 7, // reads core and embedding; wraps fs's raw file system without importing it
 	"cmd/dnnfs":        8,
 
 	"cluster/ids":       0, // the cluster's identities (node, cluster, file, version, chunk)
-	"cluster/namespace": 1, // etcd (issue #17); of ours cluster/ids only
+	"cluster/namespace": 1, // etcd (DESIGN §Cluster); of ours cluster/ids only
 }
 
 // only lists packages that must stay lighter than their layer allows.

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Operation kinds added with issue #12's fixes; each can be switched off
+// Operation kinds added with the fixes of docs/POSIX.md; each can be switched off
 // to bisect a difference.
 var (
 	// SpecialFiles generates mkfifo and mknod of sockets, character and

@@ -8,6 +8,9 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
+// TestReproLinkIntoRemovedDir links a file into a directory that was
+// removed, its inode number already reused by a new symlink: the pool must
+// still mount afterwards (DESIGN §Inode lifetime).
 func TestReproLinkIntoRemovedDir(t *testing.T) {
 	m := pmem.NewMemory(4 << 20)
 	must(t, core.Format(m, 0, 0))
