@@ -1,0 +1,292 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/cluster/namespace"
+	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/format"
+)
+
+// Open is the cluster's part of open(2): close-to-open for a reader; for a
+// writer the writer lock (core.ErrBusy when another node holds it), then
+// every chunk in the pool unless the open truncates. A nil Handle: a
+// local-only file.
+func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Handle, error) {
+	ctx = uninterrupted(ctx)
+	if n == nil || in.IsDir() || in.Mode()&format.ModeType != format.ModeReg {
+		return nil, nil
+	}
+	f := n.fileOf(in)
+	if f == nil && !write {
+		return nil, nil
+	}
+	if f == nil {
+		var err error
+		if f, err = n.adopt(in); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	attached := f.src != ""
+	f.mu.Unlock()
+	if write && attached {
+		return nil, fmt.Errorf("%w: an attached object", ErrReadOnly)
+	}
+	if !write {
+		n.revalidate(ctx, f)
+		f.mu.Lock()
+		f.opens++
+		f.mu.Unlock()
+		return &Handle{f: f}, nil
+	}
+	// lockMu orders this node's takes and gives of the writer lock: a
+	// close's give (in etcd) ends before the next open's take.
+	f.lockMu.Lock()
+	f.mu.Lock()
+	first, ver := f.writers == 0, f.ver
+	f.mu.Unlock()
+	if first {
+		w, err := n.ns.AcquireWriter(ctx, f.id)
+		switch {
+		case errors.Is(err, namespace.ErrWriterBusy):
+			f.lockMu.Unlock()
+			return nil, fmt.Errorf("%w: %v", ErrWriterBusy, err)
+		case err != nil && ver > 0:
+			f.lockMu.Unlock()
+			return nil, ioErr("writer lock", err)
+		case err != nil:
+			// A file never committed has an id nobody knows: it is
+			// written without the lock (its commit still requires that
+			// no node holds it), so creating files does not need etcd.
+			n.log.Debug("writing a new file without the writer lock", zap.String("id", string(f.id)), zap.Error(err))
+		}
+		f.mu.Lock()
+		f.lock = w
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	f.writers++
+	f.opens++
+	f.waitStoresLocked()
+	f.mu.Unlock()
+	f.lockMu.Unlock()
+	h := &Handle{f: f, write: true}
+	// Holding the lock, nobody commits: the version checked now is the
+	// one this writer changes.
+	n.revalidateWriter(ctx, f)
+	if !trunc {
+		if err := n.fillAll(ctx, f); err != nil {
+			n.Release(h)
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// revalidateWriter is revalidate for the first writer (it holds the lock).
+func (n *Node) revalidateWriter(ctx context.Context, f *file) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ver == 0 || f.writers != 1 || f.changed.Len() > 0 {
+		return
+	}
+	rec, rev, err := n.ns.File(ctx, f.id)
+	switch {
+	case err != nil:
+	case rec.Version > f.ver:
+		if err := n.resetLocked(f, rec, rev); err == nil {
+			go n.invalidate(f.in.Ino)
+		}
+	case rec.Version == f.ver && rev > f.base:
+		// Another node's chmod/chown/utimes: this writer's commit
+		// compares against the record as it is now.
+		n.applyMetaLocked(f, rec, rev)
+		go n.invalidate(f.in.Ino)
+	}
+}
+
+// Flush commits a writer's changes (close(2)); core.ErrIO when the commit
+// failed.
+func (n *Node) Flush(ctx context.Context, h *Handle) error {
+	ctx = uninterrupted(ctx)
+	if n == nil || h == nil || !h.write {
+		return nil
+	}
+	return n.commit(ctx, h.f)
+}
+
+// Fsync commits the file if this node writes it.
+func (n *Node) Fsync(ctx context.Context, in *core.Inode) error {
+	ctx = uninterrupted(ctx)
+	if n == nil {
+		return nil
+	}
+	f := n.fileOf(in)
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	w := f.writers > 0
+	f.mu.Unlock()
+	if !w {
+		return nil
+	}
+	return n.commit(ctx, f)
+}
+
+// Release ends an open: the last writer's close commits what is left and
+// gives the writer lock up.
+func (n *Node) Release(h *Handle) {
+	if n == nil || h == nil {
+		return
+	}
+	f := h.f
+	if h.write {
+		if err := n.commit(n.ctx, f); err != nil {
+			n.log.Error("commit at release failed; the file's changes stay local", zap.String("id", string(f.id)), zap.Error(err))
+		}
+		f.lockMu.Lock()
+		defer f.lockMu.Unlock()
+	}
+	f.mu.Lock()
+	f.opens--
+	recheck := f.opens == 0 && f.pending
+	if recheck {
+		f.pending = false
+	}
+	var w *namespace.Writer
+	if h.write {
+		f.writers--
+		if f.writers == 0 {
+			w, f.lock = f.lock, nil
+		}
+	}
+	f.mu.Unlock()
+	if w != nil {
+		if err := w.Release(n.ctx); err != nil {
+			n.log.Warn("releasing a writer lock (it ends with the node lease)", zap.String("id", string(f.id)), zap.Error(err))
+		}
+	}
+	if recheck {
+		go n.recheck(f)
+	}
+}
+
+// recheck does what the watches left undone while f was open: a newer
+// version replaces the local copy, a name removed (or given to another
+// file) elsewhere goes here too.
+func (n *Node) recheck(f *file) {
+	release, ok := n.usePool()
+	if !ok {
+		return
+	}
+	defer release()
+	n.revalidate(n.ctx, f)
+	path := n.pathOf(f.in)
+	if path == "" {
+		return
+	}
+	id, err := n.ns.Lookup(n.ctx, path)
+	if err == nil && id == f.id || err != nil && !errors.Is(err, namespace.ErrNotFound) {
+		return // still named so, or etcd cannot say
+	}
+	n.names.Lock()
+	dir, name, ok := n.parentOf(path)
+	var dropped bool
+	if ok {
+		if in, err := n.p.Lookup(dir, name); err == nil && in == f.in {
+			f.mu.Lock()
+			idle := f.opens == 0 && !f.dirty
+			f.mu.Unlock()
+			if idle && n.p.Unlink(dir, name) == nil {
+				n.Unlinked(in)
+				dropped = true
+			}
+		}
+	}
+	n.names.Unlock()
+	if dropped {
+		n.invalidateEntry(dir.Ino, name)
+	}
+}
+
+// Wrote records a change of [off, off+length) of a cluster file.
+func (n *Node) Wrote(in *core.Inode, off, length int64) {
+	if n == nil || length <= 0 {
+		return
+	}
+	f := n.fileOf(in)
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dirty = true
+	cs := f.cs
+	if cs <= 0 {
+		cs = n.ns.ChunkSize()
+	}
+	for i := off / cs; i <= (off+length-1)/cs; i++ {
+		f.changed.Add(namespace.ChunkIdx(i))
+	}
+}
+
+// Truncate runs local, a truncate(2) of in to size, as a writer of a
+// committed cluster file that no handle on this node writes: the writer
+// lock, the chunks the new size keeps (none for 0), local, then one commit,
+// so the other nodes see the new size at once rather than with some later
+// writer's close. A file this node writes (ftruncate, or truncate(2) while
+// it is open for writing) commits it with its writer's fsync or close, as
+// any write. Errors: ErrWriterBusy while another node writes the file,
+// ErrReadOnly for an attached object, ErrCluster when a step failed (the
+// local truncate may be done then: it is committed by the next writer).
+func (n *Node) Truncate(ctx context.Context, in *core.Inode, size int64, local func() error) error {
+	if n == nil {
+		return local()
+	}
+	ctx = uninterrupted(ctx)
+	old := int64(in.Attr().Size)
+	f := n.fileOf(in)
+	if f == nil {
+		return local()
+	}
+	f.mu.Lock()
+	own := f.ver == 0 || f.writers > 0
+	attached := f.src != ""
+	f.mu.Unlock()
+	if attached {
+		return fmt.Errorf("%w: an attached object", ErrReadOnly)
+	}
+	if own {
+		if err := local(); err != nil {
+			return err
+		}
+		n.Resized(in, old, size)
+		return nil
+	}
+	h, err := n.Open(ctx, in, true, size == 0)
+	if err != nil {
+		return err
+	}
+	defer n.Release(h)
+	if err := local(); err != nil {
+		return err
+	}
+	n.Resized(in, old, size)
+	return n.Flush(ctx, h)
+}
+
+// Resized records a size change (truncate, O_TRUNC, fallocate) of a
+// cluster file.
+func (n *Node) Resized(in *core.Inode, oldSize, newSize int64) {
+	if n == nil || oldSize == newSize {
+		return
+	}
+	lo, hi := min(oldSize, newSize), max(oldSize, newSize)
+	n.Wrote(in, lo, max(hi-lo, 1))
+}

@@ -1,0 +1,186 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dnnfs/dnnfs/cluster/namespace"
+	"github.com/dnnfs/dnnfs/cluster/objstore"
+	"github.com/dnnfs/dnnfs/core"
+)
+
+// Fill brings the chunks of [off, off+length) that are not in the pool
+// yet, before a read serves them from it.
+func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) error {
+	ctx = uninterrupted(ctx)
+	if n == nil || length <= 0 {
+		return nil
+	}
+	f := n.fileOf(in)
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	ver, cs, size := f.ver, f.cs, int64(in.Attr().Size)
+	f.mu.Unlock()
+	if ver == 0 || cs <= 0 || off >= size {
+		return nil
+	}
+	end := min(off+length, size)
+	last := (end - 1) / cs
+	for i := off / cs; i <= last; i++ {
+		if err := n.fillChunk(ctx, f, namespace.ChunkIdx(i)); err != nil {
+			return err
+		}
+	}
+	n.readAhead(f, last+1, size, cs)
+	return nil
+}
+
+// readAhead starts fetching up to readAheadChunks chunks from next on
+// (one goroutine per chunk, not one per read), while the reader reads the
+// chunks it waited for: a sequential load then keeps several fetches in
+// flight, from different holders. The node runs at most
+// maxReadAheadFetches at once, so readers of many files do not hold
+// gigabytes of chunks in flight; a read-ahead that finds no slot is
+// started by a later read.
+func (n *Node) readAhead(f *file, next, size, cs int64) {
+	for i := next; i < next+readAheadChunks && i*cs < size; i++ {
+		c := namespace.ChunkIdx(i)
+		f.mu.Lock()
+		start := !f.present.Has(c) && !f.ahead.Has(c) && f.storing[c] == nil
+		if start {
+			select {
+			case n.aheadSlots <- struct{}{}:
+				f.ahead.Add(c)
+			default:
+				start = false
+			}
+		}
+		f.mu.Unlock()
+		if !start {
+			continue
+		}
+		go func() {
+			if err := n.fillChunk(n.ctx, f, c); err != nil {
+				n.log.Debug("read-ahead", zap.Error(err))
+			}
+			f.mu.Lock()
+			f.ahead.Remove(c)
+			f.mu.Unlock()
+			<-n.aheadSlots
+		}()
+	}
+}
+
+func (n *Node) fillAll(ctx context.Context, f *file) error {
+	f.mu.Lock()
+	cs, size := f.cs, int64(f.in.Attr().Size)
+	ver := f.ver
+	f.mu.Unlock()
+	if ver == 0 || cs <= 0 {
+		return nil
+	}
+	for i := int64(0); i*cs < size; i++ {
+		if err := n.fillChunk(ctx, f, namespace.ChunkIdx(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillChunk fetches chunk i of f's version unless it is present (or was
+// changed locally, whose bytes are the writer's), and returns once it is
+// in the pool.
+func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) error {
+	f.mu.Lock()
+	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.ver == 0 {
+		f.mu.Unlock()
+		return nil
+	}
+	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(f.ver), Idx: objstore.ChunkIdx(i)}
+	f.mu.Unlock()
+	data, src, err := n.peer.Fetch(ctx, ref)
+	n.log.Debug("chunk fetched", zap.Stringer("chunk", ref), zap.Stringer("source", src), zap.Error(err))
+	if err != nil {
+		return ioErr(fmt.Sprintf("fetching chunk %s", ref), err)
+	}
+	// Fetch stored it through StoreChunk (then the checksum is not taken
+	// again); when it came from the memory cache, or StoreChunk could not,
+	// it goes in now.
+	return n.storeInFile(f, ref, data, func() objstore.CRC32C { return objstore.Checksum(data) })
+}
+
+// storeInFile writes a verified chunk into f if f is still at its version,
+// and returns once the chunk is in the pool (stored by this call or by a
+// concurrent one). The bytes are written and flushed without f.mu held;
+// crc is called only when the chunk is written.
+func (n *Node) storeInFile(f *file, ref objstore.ChunkRef, data []byte, crc func() objstore.CRC32C) error {
+	release, ok := n.usePool()
+	if !ok {
+		return fmt.Errorf("%w: chunk %s: unmounting", ErrCluster, ref)
+	}
+	defer release()
+	n.roomFor(f, ref, int64(len(data))) // the low watermark (evict.go)
+	i := namespace.ChunkIdx(ref.Idx)
+	f.mu.Lock()
+	for {
+		if objstore.Version(f.ver) != ref.Ver || f.removed {
+			f.mu.Unlock()
+			return fmt.Errorf("%w: chunk %s: the file moved on to version %d", ErrCluster, ref, f.ver)
+		}
+		if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
+			f.mu.Unlock()
+			return nil
+		}
+		ch := f.storing[i]
+		if ch == nil {
+			break
+		}
+		f.mu.Unlock()
+		<-ch // another store of it: its outcome decides
+		f.mu.Lock()
+	}
+	if f.storing == nil {
+		f.storing = map[namespace.ChunkIdx]chan struct{}{}
+	}
+	done := make(chan struct{})
+	f.storing[i] = done
+	off := int64(ref.Idx) * f.cs
+	f.mu.Unlock()
+	sum := crc()
+	_, err := n.writeChunk(f, off, data) // evicts and retries on ENOSPC (evict.go)
+	if err == nil {
+		// The bytes are durable before the state says they are present.
+		err = n.p.Fsync(f.in)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.storing, i)
+	close(done)
+	if err != nil {
+		return err
+	}
+	if objstore.Version(f.ver) != ref.Ver || f.removed || f.changed.Has(i) || f.inflight.Has(i) {
+		// Reset to a newer version (which drops what was present) or
+		// written meanwhile: these bytes are not the chunk of any state.
+		return nil
+	}
+	// The fill is no change of the file: its mtime stays the committed one.
+	mt := time.Unix(0, f.mtime)
+	if err := n.p.Setattr(f.in, core.SetAttr{Mtime: &mt}); err != nil {
+		return err
+	}
+	f.present.Add(i)
+	f.crc[i] = sum
+	n.used(f, i)
+	n.cache.drop(ref)
+	if err := n.saveLocked(f); err != nil {
+		return err
+	}
+	n.ns.AddHolding(f.id, f.ver, i)
+	return nil
+}
