@@ -102,7 +102,7 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	}
 	f.mu.Unlock()
 	if ver > 0 {
-		go n.ns.DropHolding(n.ctx, id, ver)
+		n.dropHolding(id, ver, f.in.Ino)
 	}
 	return nil
 }

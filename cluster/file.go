@@ -184,6 +184,12 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
+// invalidate drops the kernel's cached attributes (and pages) of ino.
+// Callers inside a FUSE request run it in a goroutine (the kernel may be
+// waiting for that request). Nothing is returned: the notify fails only
+// when the kernel has nothing cached, and what it has cached expires
+// within fs's one-second attribute and entry timeouts anyway (DESIGN
+// §Cluster, "Close-to-open").
 func (n *Node) invalidate(ino core.Ino) {
 	n.mu.Lock()
 	nt := n.notify
@@ -193,6 +199,8 @@ func (n *Node) invalidate(ino core.Ino) {
 	}
 }
 
+// invalidateEntry drops the kernel's cached entry name of dir; as
+// invalidate, its failure needs no handling.
 func (n *Node) invalidateEntry(dir core.Ino, name string) {
 	n.mu.Lock()
 	nt := n.notify

@@ -108,7 +108,8 @@ type Node struct {
 	// aheadSlots bounds the node's read-ahead fetches in flight
 	// (maxReadAheadFetches), each a chunk in memory until stored.
 	aheadSlots chan struct{}
-	ev         *evictor // the pool as a cache of chunks (evict.go)
+	ev         *evictor   // the pool as a cache of chunks (evict.go)
+	bg         bgCounters // failures of background work (background.go)
 }
 
 // Read-ahead (DESIGN.md §Cluster, "Reads"): a read starts fetching the
@@ -344,6 +345,8 @@ type Status struct {
 	// Evicted counts the chunks evicted from the pool to keep its low
 	// watermark free (DESIGN.md §Cluster).
 	Evicted EvictStats `json:"evicted"`
+	// Background counts failures of work no caller waits for.
+	Background BackgroundStats `json:"background"`
 }
 
 // HeldJSON is one file version's chunks held by this node.
@@ -387,6 +390,7 @@ func (n *Node) Status() *Status {
 	})
 	s.CachedChunks, s.CachedBytes = n.cache.stats()
 	s.Evicted = n.ev.stats()
+	s.Background = n.bg.stats()
 	return s
 }
 

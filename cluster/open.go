@@ -173,27 +173,38 @@ func (n *Node) Release(h *Handle) {
 		}
 	}
 	if recheck {
-		go n.recheck(f)
+		// Not from inside this request (RELEASE): no caller waits for
+		// it, so a failure is logged and counted.
+		go func() {
+			if err := n.recheck(f); err != nil {
+				n.bg.rechecks.Add(1)
+				n.log.Warn("dropping a local copy whose name went elsewhere failed; the name watch or the next open does it",
+					zap.String("id", string(f.id)), zap.Uint64("ino", uint64(f.in.Ino)), zap.Error(err))
+			}
+		}()
 	}
 }
 
 // recheck does what the watches left undone while f was open: a newer
 // version replaces the local copy, a name removed (or given to another
-// file) elsewhere goes here too.
-func (n *Node) recheck(f *file) {
+// file) elsewhere goes here too. The error says what could not be done.
+func (n *Node) recheck(f *file) error {
 	release, ok := n.usePool()
 	if !ok {
-		return
+		return nil // closing
 	}
 	defer release()
 	n.revalidate(n.ctx, f)
 	path := n.pathOf(f.in)
 	if path == "" {
-		return
+		return nil
 	}
 	id, err := n.ns.Lookup(n.ctx, path)
-	if err == nil && id == f.id || err != nil && !errors.Is(err, namespace.ErrNotFound) {
-		return // still named so, or etcd cannot say
+	switch {
+	case err == nil && id == f.id:
+		return nil // still named so
+	case err != nil && !errors.Is(err, namespace.ErrNotFound):
+		return fmt.Errorf("looking %s up: %w", path, err) // etcd cannot say
 	}
 	n.names.Lock()
 	dir, name, ok := n.parentOf(path)
@@ -203,7 +214,11 @@ func (n *Node) recheck(f *file) {
 			f.mu.Lock()
 			idle := f.opens == 0 && !f.dirty
 			f.mu.Unlock()
-			if idle && n.p.Unlink(dir, name) == nil {
+			if idle {
+				if err := n.p.Unlink(dir, name); err != nil {
+					n.names.Unlock()
+					return fmt.Errorf("unlinking %s: %w", path, err)
+				}
 				n.Unlinked(in)
 				dropped = true
 			}
@@ -213,6 +228,7 @@ func (n *Node) recheck(f *file) {
 	if dropped {
 		n.invalidateEntry(dir.Ino, name)
 	}
+	return nil
 }
 
 // Wrote records a change of [off, off+length) of a cluster file.

@@ -65,8 +65,13 @@ func (n *Node) readAhead(f *file, next, size, cs int64) {
 			continue
 		}
 		go func() {
+			// Nobody waits for a read-ahead: a failure is counted, and
+			// the read that needs the chunk fetches it again and returns
+			// its own error.
 			if err := n.fillChunk(n.ctx, f, c); err != nil {
-				n.log.Debug("read-ahead", zap.Error(err))
+				n.bg.readAheads.Add(1)
+				n.log.Debug("read-ahead failed; the read that needs the chunk fetches it again",
+					zap.String("id", string(f.id)), zap.Int64("chunk", int64(c)), zap.Error(err))
 			}
 			f.mu.Lock()
 			f.ahead.Remove(c)

@@ -59,7 +59,7 @@ func (n *Node) Unlinked(in *core.Inode) {
 	f.mu.Unlock()
 	n.forget(f)
 	if ver > 0 {
-		go n.ns.DropHolding(n.ctx, f.id, ver)
+		n.dropHolding(f.id, ver, in.Ino)
 	}
 }
 

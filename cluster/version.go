@@ -42,7 +42,7 @@ func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 	f.crc = map[namespace.ChunkIdx]objstore.CRC32C{}
 	f.dirty, f.changed = false, namespace.Chunks{}
 	if old > 0 && old != rec.Version {
-		go n.ns.DropHolding(n.ctx, f.id, old)
+		n.dropHolding(f.id, old, f.in.Ino)
 	}
 	return n.saveLocked(f)
 }
