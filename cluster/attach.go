@@ -48,7 +48,7 @@ var ErrBadURL = errors.New("want s3://BUCKET[/PREFIX]")
 type catalog struct {
 	n         *Node
 	attach    *peer.AttachCatalog
-	manifests *peer.ManifestCatalog
+	manifests manifestCatalog
 
 	mu      sync.Mutex
 	own     map[objstore.FileID]bool // files known to have manifests

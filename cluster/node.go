@@ -75,8 +75,8 @@ type Notifier interface {
 type Node struct {
 	cfg   Config
 	log   *zap.Logger
-	ns    *namespace.NS
-	store *objstore.Store
+	ns    nsClient
+	store objStore
 	cat   *catalog
 	peer  *peer.Peer
 	srv   *peer.Server
