@@ -12,6 +12,10 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 )
 
+// testHookWriterOpened, set only by tests, runs in a writer's Open once
+// lockMu is released, before the chunks are filled.
+var testHookWriterOpened func()
+
 // Open is the cluster's part of open(2): close-to-open for a reader; for a
 // writer the writer lock (core.ErrBusy when another node holds it), then
 // every chunk in the pool unless the open truncates. A nil Handle: a
@@ -74,11 +78,16 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 	f.opens++
 	f.waitStoresLocked()
 	f.mu.Unlock()
-	f.lockMu.Unlock()
-	h := &Handle{f: f, write: true}
 	// Holding the lock, nobody commits: the version checked now is the
-	// one this writer changes.
+	// one this writer changes. Checked before lockMu goes, so that a
+	// second writer's open cannot count itself in between and make the
+	// first one skip the check (revalidateWriter acts for the first only).
 	n.revalidateWriter(ctx, f)
+	f.lockMu.Unlock()
+	if testHookWriterOpened != nil {
+		testHookWriterOpened()
+	}
+	h := &Handle{f: f, write: true}
 	if !trunc {
 		if err := n.fillAll(ctx, f); err != nil {
 			n.Release(h)
@@ -88,7 +97,9 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 	return h, nil
 }
 
-// revalidateWriter is revalidate for the first writer (it holds the lock).
+// revalidateWriter is revalidate for the first writer (it holds the
+// cluster's writer lock).
+// Precondition: f.lockMu is held.
 func (n *Node) revalidateWriter(ctx context.Context, f *file) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/dnnfs/dnnfs/core"
+)
+
+// testData is size bytes, none zero (a hole shows), different per seed.
+func testData(size int, seed byte) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i*7+int(seed)*31+i/testCS) | 1
+	}
+	return b
+}
+
+// lookup makes the placeholder of a name committed elsewhere.
+func lookup(t *testing.T, n *Node, name string) *core.Inode {
+	t.Helper()
+	in, err := n.Lookup(context.Background(), n.p.Root(), name)
+	if err != nil {
+		t.Fatalf("lookup %s: %v", name, err)
+	}
+	return in
+}
+
+// readAll fills and reads the whole pool file, as fs's read does.
+func readAll(t *testing.T, n *Node, in *core.Inode) []byte {
+	t.Helper()
+	size := int64(in.Attr().Size)
+	if err := n.Fill(context.Background(), in, 0, size); err != nil {
+		t.Fatalf("fill: %v", err)
+	}
+	b := make([]byte, size)
+	if k, err := n.p.ReadAt(in, b, 0); err != nil || int64(k) != size {
+		t.Fatalf("read %d of %d bytes: %v", k, size, err)
+	}
+	return b
+}
+
+// TestOpenWritersRevalidate: two writers opening at once on a node whose
+// copy is of an old version (the file watch has not told it yet) still
+// bring the committed version in first: the first writer's check of the
+// version must not depend on whether the second has counted itself yet
+// (DESIGN §Cluster, "Close-to-open"). Else both write on the old version
+// and every commit of theirs conflicts.
+func TestOpenWritersRevalidate(t *testing.T) {
+	w := newWorld()
+	serveObjects(t, w, "b")
+	w.commitAs("b", "f", testData(3*testCS, 1))
+	n := testNode(t, w, "a")
+	in := lookup(t, n, "f")
+	_, _, _ = w.commitAs("b", "f", testData(2*testCS+5, 2)) // v2, not watched by a
+	ctx := context.Background()
+	var second *Handle
+	testHookWriterOpened = func() {
+		testHookWriterOpened = nil
+		var err error
+		if second, err = n.Open(ctx, in, true, false); err != nil {
+			t.Errorf("second writer: %v", err)
+		}
+	}
+	t.Cleanup(func() { testHookWriterOpened = nil })
+	first, err := n.Open(ctx, in, true, false)
+	if err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	f := first.f
+	f.mu.Lock()
+	ver := f.ver
+	f.mu.Unlock()
+	got := make([]byte, in.Attr().Size)
+	n.p.ReadAt(in, got, 0)
+	n.Release(second)
+	n.Release(first)
+	if ver != 2 || !bytes.Equal(got, testData(2*testCS+5, 2)) {
+		t.Fatalf("writers opened on version %d (%d bytes), want the committed version 2", ver, len(got))
+	}
+}
