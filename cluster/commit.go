@@ -12,7 +12,7 @@ import (
 
 // commit makes the writer's changes the file's next version: changed
 // chunks, then the manifest, then the one namespace transaction. Any
-// failure is core.ErrIO and nothing of it is visible.
+// failure is ErrCluster and nothing of it is visible.
 func (n *Node) commit(ctx context.Context, f *file) error {
 	f.commitMu.Lock()
 	defer f.commitMu.Unlock()
@@ -39,7 +39,8 @@ func (n *Node) commit(ctx context.Context, f *file) error {
 }
 
 // upload is commit's work, without f.mu: the changed chunks, the manifest,
-// then the namespace transaction; on success f is the new version.
+// then the namespace transaction (publish); on success f is the new
+// version.
 func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver namespace.Version, base, cs int64, changed namespace.Chunks) error {
 	path := n.pathOf(f.in)
 	if path == "" {
@@ -88,21 +89,36 @@ func (n *Node) upload(ctx context.Context, f *file, id namespace.FileID, ver nam
 	}
 	rec := namespace.FileRecord{Version: next, Size: size, ChunkSize: cs, Manifest: key,
 		Mode: a.Mode, Mtime: a.Mtime.UnixNano(), UID: a.UID, GID: a.GID}
-	held := namespace.ChunkRange(0, namespace.ChunkIdx(nch))
-	rev, err := n.ns.Commit(ctx, path, id, base, rec, held)
+	return n.publish(ctx, f, m, rec, base, crcs)
+}
+
+// publish is a commit's namespace transaction, then f's new state. It
+// holds names, as unlink and rename do across their namespace step: the
+// file is committed under the name it has now, not the one it had when the
+// upload began, and a file unlinked here meanwhile is not committed at all
+// (its objects are garbage no record names; DESIGN §Cluster, "Writing").
+func (n *Node) publish(ctx context.Context, f *file, m *objstore.Manifest, rec namespace.FileRecord, base int64, crcs map[namespace.ChunkIdx]objstore.CRC32C) error {
+	n.names.Lock()
+	defer n.names.Unlock()
+	path := n.pathOf(f.in)
+	if path == "" {
+		return nil // unlinked: nothing to name
+	}
+	held := namespace.ChunkRange(0, namespace.ChunkIdx(len(m.Chunks)))
+	rev, err := n.ns.Commit(ctx, path, f.id, base, rec, held)
 	if err != nil {
 		return ioErr("commit "+path, err)
 	}
 	n.cat.manifests.Add(m)
 	f.mu.Lock()
-	f.ver, f.base, f.cs, f.mtime = next, rev, cs, rec.Mtime
+	f.ver, f.base, f.cs, f.mtime = rec.Version, rev, rec.ChunkSize, rec.Mtime
 	f.present, f.crc = held, crcs
 	if err := n.saveLocked(f); err != nil {
 		n.log.Error("saving the cluster state after a commit", zap.String("path", path), zap.Error(err))
 	}
 	f.mu.Unlock()
-	if ver > 0 {
-		n.dropHolding(id, ver, f.in.Ino)
+	if old := rec.Version - 1; old > 0 {
+		n.dropHolding(f.id, old, f.in.Ino)
 	}
 	return nil
 }

@@ -46,6 +46,19 @@ type world struct {
 	etcdDown  bool                          // every namespace call fails (ErrUnavailable)
 	s3Down    bool                          // every PUT fails (ErrUnreachable)
 	calls     []string                      // namespace and S3 changes, in order
+	// putGate, when set, holds every PutChunk until it is closed;
+	// putStarted is closed at the first one that waits.
+	putGate, putStarted chan struct{}
+}
+
+// holdPuts makes PutChunk wait until the returned function is called; the
+// channel closes when the first PutChunk is waiting.
+func (w *world) holdPuts() (started <-chan struct{}, release func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putGate, w.putStarted = make(chan struct{}), make(chan struct{})
+	gate := w.putGate
+	return w.putStarted, func() { close(gate) }
 }
 
 const testFSID = "0123456789abcdef0123456789abcdef"
@@ -413,6 +426,16 @@ func (s fakeS3) Stats() objstore.Stats { return objstore.Stats{} }
 
 func (s fakeS3) PutChunk(ctx context.Context, ref objstore.ChunkRef, data []byte) (objstore.ChunkEntry, error) {
 	s.w.mu.Lock()
+	if gate := s.w.putGate; gate != nil {
+		select {
+		case <-s.w.putStarted:
+		default:
+			close(s.w.putStarted)
+		}
+		s.w.mu.Unlock()
+		<-gate
+		s.w.mu.Lock()
+	}
 	defer s.w.mu.Unlock()
 	if s.w.s3Down {
 		return objstore.ChunkEntry{}, objstore.ErrUnreachable
