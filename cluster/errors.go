@@ -22,3 +22,8 @@ var (
 func ioErr(what string, err error) error {
 	return fmt.Errorf("%w: %s: %v", ErrCluster, what, err)
 }
+
+// errMoved: a fill found its file at another version than the one it
+// filled (a reset by a newer commit meanwhile); the fill starts again on
+// the file's version. Never returned out of the package.
+var errMoved = errors.New("cluster: the file moved on to another version")

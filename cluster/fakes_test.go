@@ -49,6 +49,9 @@ type world struct {
 	// putGate, when set, holds every PutChunk until it is closed;
 	// putStarted is closed at the first one that waits.
 	putGate, putStarted chan struct{}
+	// onServe, when set, runs (without mu) before another node's chunk
+	// server reads a chunk of the world's objects.
+	onServe func(ref objstore.ChunkRef)
 }
 
 // holdPuts makes PutChunk wait until the returned function is called; the
@@ -492,6 +495,11 @@ type objectLocal struct{ w *world }
 
 func (l objectLocal) ReadChunk(ref objstore.ChunkRef, off, n int64) ([]byte, int64, objstore.CRC32C, bool) {
 	l.w.mu.Lock()
+	if cb := l.w.onServe; cb != nil {
+		l.w.mu.Unlock()
+		cb(ref)
+		l.w.mu.Lock()
+	}
 	defer l.w.mu.Unlock()
 	b, ok := l.w.objects[fmt.Sprintf("%s/%s/%d/%08d", testFSID, ref.File, ref.Ver, ref.Idx)]
 	if !ok {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,20 +24,37 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 	if f == nil {
 		return nil
 	}
-	f.mu.Lock()
-	ver, cs, size := f.ver, f.cs, int64(in.Attr().Size)
-	f.mu.Unlock()
-	if ver == 0 || cs <= 0 || off >= size {
+	for {
+		// The version, chunk size and size read together: a newer
+		// version met while filling starts the fill again on it.
+		f.mu.Lock()
+		ver, cs, size := f.ver, f.cs, int64(in.Attr().Size)
+		f.mu.Unlock()
+		if ver == 0 || cs <= 0 || off >= size {
+			return nil
+		}
+		end := min(off+length, size)
+		last := (end - 1) / cs
+		err := n.fillChunks(ctx, f, ver, off/cs, last)
+		if errors.Is(err, errMoved) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n.readAhead(f, ver, last+1, size, cs)
 		return nil
 	}
-	end := min(off+length, size)
-	last := (end - 1) / cs
-	for i := off / cs; i <= last; i++ {
-		if err := n.fillChunk(ctx, f, namespace.ChunkIdx(i)); err != nil {
+}
+
+// fillChunks fills chunks first to last of version ver of f; errMoved
+// when f moved on to another version meanwhile.
+func (n *Node) fillChunks(ctx context.Context, f *file, ver namespace.Version, first, last int64) error {
+	for i := first; i <= last; i++ {
+		if err := n.fillChunk(ctx, f, ver, namespace.ChunkIdx(i)); err != nil {
 			return err
 		}
 	}
-	n.readAhead(f, last+1, size, cs)
 	return nil
 }
 
@@ -47,7 +65,7 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 // maxReadAheadFetches at once, so readers of many files do not hold
 // gigabytes of chunks in flight; a read-ahead that finds no slot is
 // started by a later read.
-func (n *Node) readAhead(f *file, next, size, cs int64) {
+func (n *Node) readAhead(f *file, ver namespace.Version, next, size, cs int64) {
 	for i := next; i < next+readAheadChunks && i*cs < size; i++ {
 		c := namespace.ChunkIdx(i)
 		f.mu.Lock()
@@ -68,7 +86,7 @@ func (n *Node) readAhead(f *file, next, size, cs int64) {
 			// Nobody waits for a read-ahead: a failure is counted, and
 			// the read that needs the chunk fetches it again and returns
 			// its own error.
-			if err := n.fillChunk(n.ctx, f, c); err != nil {
+			if err := n.fillChunk(n.ctx, f, ver, c); err != nil && !errors.Is(err, errMoved) {
 				n.bg.readAheads.Add(1)
 				n.log.Debug("read-ahead failed; the read that needs the chunk fetches it again",
 					zap.String("id", string(f.id)), zap.Int64("chunk", int64(c)), zap.Error(err))
@@ -81,27 +99,32 @@ func (n *Node) readAhead(f *file, next, size, cs int64) {
 	}
 }
 
+// fillAll brings every chunk of f's version into the pool (a writer's open
+// without O_TRUNC).
 func (n *Node) fillAll(ctx context.Context, f *file) error {
-	f.mu.Lock()
-	cs, size := f.cs, int64(f.in.Attr().Size)
-	ver := f.ver
-	f.mu.Unlock()
-	if ver == 0 || cs <= 0 {
-		return nil
-	}
-	for i := int64(0); i*cs < size; i++ {
-		if err := n.fillChunk(ctx, f, namespace.ChunkIdx(i)); err != nil {
+	for {
+		f.mu.Lock()
+		cs, size, ver := f.cs, int64(f.in.Attr().Size), f.ver
+		f.mu.Unlock()
+		if ver == 0 || cs <= 0 || size == 0 {
+			return nil
+		}
+		if err := n.fillChunks(ctx, f, ver, 0, (size-1)/cs); !errors.Is(err, errMoved) {
 			return err
 		}
 	}
-	return nil
 }
 
-// fillChunk fetches chunk i of f's version unless it is present (or was
-// changed locally, whose bytes are the writer's), and returns once it is
-// in the pool.
-func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) error {
+// fillChunk fetches chunk i of version ver of f unless it is present (or
+// was changed locally, whose bytes are the writer's), and returns once it
+// is in the pool; errMoved when f is at another version than ver, before
+// or after the fetch (the chunk fetched is then not the file's).
+func (n *Node) fillChunk(ctx context.Context, f *file, ver namespace.Version, i namespace.ChunkIdx) error {
 	f.mu.Lock()
+	if f.ver != ver {
+		f.mu.Unlock()
+		return errMoved
+	}
 	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.ver == 0 {
 		f.mu.Unlock()
 		return nil
@@ -111,12 +134,26 @@ func (n *Node) fillChunk(ctx context.Context, f *file, i namespace.ChunkIdx) err
 	data, src, err := n.peer.Fetch(ctx, ref)
 	n.log.Debug("chunk fetched", zap.Stringer("chunk", ref), zap.Stringer("source", src), zap.Error(err))
 	if err != nil {
+		if !f.at(ver) {
+			return errMoved
+		}
 		return ioErr(fmt.Sprintf("fetching chunk %s", ref), err)
 	}
 	// Fetch stored it through StoreChunk (then the checksum is not taken
 	// again); when it came from the memory cache, or StoreChunk could not,
 	// it goes in now.
-	return n.storeInFile(f, ref, data, func() objstore.CRC32C { return objstore.Checksum(data) })
+	err = n.storeInFile(f, ref, data, func() objstore.CRC32C { return objstore.Checksum(data) })
+	if !f.at(ver) {
+		return errMoved
+	}
+	return err
+}
+
+// at reports whether f is at version ver.
+func (f *file) at(ver namespace.Version) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ver == ver
 }
 
 // storeInFile writes a verified chunk into f if f is still at its version,
