@@ -1,6 +1,6 @@
 // Package cluster is the glue between a dnnfs pool (core) and the cluster
-// packages (issue #17; DESIGN.md §Cluster): it makes a regular file of the
-// pool a file of the cluster's one namespace.
+// packages (DESIGN §Cluster): it makes a regular file of the pool a file
+// of the cluster's one namespace.
 //
 // What it owns:
 //

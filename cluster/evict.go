@@ -15,7 +15,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 )
 
-// Eviction (DESIGN.md §Cluster, "The pool as a cache"): the chunks a node
+// Eviction (DESIGN §Cluster, "The pool as a cache"): the chunks a node
 // filled into its pool are a cache of bytes that are in S3 (and maybe at
 // peers). When the pool's free space falls below the low watermark
 // (--cluster-cache-min-free) before a fill stores a chunk, or a store

@@ -76,7 +76,9 @@ func manifestKey(id objstore.FileID, ver objstore.Version) string {
 	return fmt.Sprintf("%s/%s/%d/manifest", testFSID, id, ver)
 }
 
-func (w *world) note(format string, args ...any) { w.calls = append(w.calls, fmt.Sprintf(format, args...)) }
+func (w *world) note(format string, args ...any) {
+	w.calls = append(w.calls, fmt.Sprintf(format, args...))
+}
 
 // callLog returns the changes made so far and forgets them.
 func (w *world) callLog() []string {
@@ -251,7 +253,7 @@ func (ns *fakeNS) File(ctx context.Context, id namespace.FileID) (namespace.File
 // writerBusyLocked: another node holds id's writer lock.
 func (ns *fakeNS) writerBusyLocked(id namespace.FileID) error {
 	if w := ns.w.writers[id]; w != "" && w != ns.self {
-		return fmt.Errorf("%w: node %s", namespace.ErrWriterBusy, w)
+		return fmt.Errorf("%w: node %s", namespace.ErrWriterHeld, w)
 	}
 	return nil
 }
@@ -424,7 +426,7 @@ func (ns *fakeNS) WatchNames(ctx context.Context, fn func(namespace.NameEvent)) 
 // fakeS3 is the world's object store (objStore).
 type fakeS3 struct{ w *world }
 
-func (s fakeS3) FSID() objstore.FSID    { return testFSID }
+func (s fakeS3) FSID() objstore.FSID   { return testFSID }
 func (s fakeS3) Stats() objstore.Stats { return objstore.Stats{} }
 
 func (s fakeS3) PutChunk(ctx context.Context, ref objstore.ChunkRef, data []byte) (objstore.ChunkEntry, error) {

@@ -60,7 +60,7 @@ type file struct {
 	// storing: chunks whose verified bytes are being written into the
 	// pool, outside mu (a 32 MiB write and its flush); each channel closes
 	// when that store ends. Reads of other chunks, the chunk server and
-	// other stores go on meanwhile (DESIGN.md §Cluster, "Reads").
+	// other stores go on meanwhile (DESIGN §Cluster, "Reading").
 	storing map[namespace.ChunkIdx]chan struct{}
 }
 

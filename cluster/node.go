@@ -34,9 +34,6 @@ const DefaultCacheBytes = 1 << 30
 // credentials (etcd's is namespace.DefaultDialTimeout).
 const s3OpenTimeout = 15 * time.Second
 
-// ErrConfig: a bad or incomplete cluster configuration (flags).
-var ErrConfig = errors.New("cluster configuration")
-
 // Config is one daemon's cluster configuration (the mount flags).
 type Config struct {
 	Etcd       []string    // --etcd
@@ -112,7 +109,7 @@ type Node struct {
 	bg         bgCounters // failures of background work (background.go)
 }
 
-// Read-ahead (DESIGN.md §Cluster, "Reads"): a read starts fetching the
+// Read-ahead (DESIGN §Cluster, "Reading"): a read starts fetching the
 // readAheadChunks chunks after the ones it waits for, the node at most
 // maxReadAheadFetches at once (4 × 32 MiB chunks per file, 256 MiB in all
 // at the default chunk size).
@@ -343,7 +340,7 @@ type Status struct {
 	CachedChunks int   `json:"cached_chunks"`
 	CachedBytes  int64 `json:"cached_bytes"`
 	// Evicted counts the chunks evicted from the pool to keep its low
-	// watermark free (DESIGN.md §Cluster).
+	// watermark free (DESIGN §Cluster).
 	Evicted EvictStats `json:"evicted"`
 	// Background counts failures of work no caller waits for.
 	Background BackgroundStats `json:"background"`

@@ -17,9 +17,10 @@ import (
 var testHookWriterOpened func()
 
 // Open is the cluster's part of open(2): close-to-open for a reader; for a
-// writer the writer lock (core.ErrBusy when another node holds it), then
-// every chunk in the pool unless the open truncates. A nil Handle: a
-// local-only file.
+// writer the writer lock, then every chunk in the pool unless the open
+// truncates. Errors: ErrWriterBusy when another node holds the lock,
+// ErrReadOnly for an attached object, ErrCluster when etcd or a fetch
+// failed. A nil Handle: a local-only file.
 func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Handle, error) {
 	ctx = uninterrupted(ctx)
 	if n == nil || in.IsDir() || in.Mode()&format.ModeType != format.ModeReg {
@@ -57,7 +58,7 @@ func (n *Node) Open(ctx context.Context, in *core.Inode, write, trunc bool) (*Ha
 	if first {
 		w, err := n.ns.AcquireWriter(ctx, f.id)
 		switch {
-		case errors.Is(err, namespace.ErrWriterBusy):
+		case errors.Is(err, namespace.ErrWriterHeld):
 			f.lockMu.Unlock()
 			return nil, fmt.Errorf("%w: %v", ErrWriterBusy, err)
 		case err != nil && ver > 0:
@@ -121,7 +122,7 @@ func (n *Node) revalidateWriter(ctx context.Context, f *file) {
 	}
 }
 
-// Flush commits a writer's changes (close(2)); core.ErrIO when the commit
+// Flush commits a writer's changes (close(2)); ErrCluster when the commit
 // failed.
 func (n *Node) Flush(ctx context.Context, h *Handle) error {
 	ctx = uninterrupted(ctx)

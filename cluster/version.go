@@ -129,7 +129,7 @@ func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
 			}
 			f.mu.Unlock()
 			return nil
-		case errors.Is(err, namespace.ErrWriterBusy):
+		case errors.Is(err, namespace.ErrWriterHeld):
 			return fmt.Errorf("%w: %v", ErrWriterBusy, err)
 		case errors.Is(err, namespace.ErrConflict) && try < 3:
 			// Another node's SetMeta or commit came first: the change

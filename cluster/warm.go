@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/dnnfs/dnnfs/cluster/namespace"
@@ -17,9 +16,6 @@ type WarmInfo struct {
 	ChunkSize int64  `json:"chunk_size"`
 	Chunks    int64  `json:"chunks"`
 }
-
-// ErrNotShared: warm-up of a file that is not a committed cluster file.
-var ErrNotShared = errors.New("not a committed cluster file")
 
 // WarmInfo returns the committed version of in (close-to-open: a newer one
 // replaces the local copy first).
