@@ -64,7 +64,7 @@ type file struct {
 	storing map[namespace.ChunkIdx]chan struct{}
 }
 
-// waitStoresLocked waits, with mu held (released while waiting), until no
+// waitStoresLocked waits, with f.mu held (released while waiting), until no
 // chunk of f is being stored: a writer's bytes must not be overwritten by a
 // fill that began before the writer opened.
 func (f *file) waitStoresLocked() {
@@ -86,11 +86,13 @@ type Handle struct {
 	write bool
 }
 
+// stateLocked is f's state as XattrState holds it (f.mu held).
 func (f *file) stateLocked() stateJSON {
 	return stateJSON{ID: f.id, Ver: f.ver, Base: f.base, CS: f.cs, Chunks: f.present.String(), Src: f.src}
 }
 
 // saveLocked persists the state in the file's xattr.
+// Precondition: f.mu is held.
 func (n *Node) saveLocked(f *file) error {
 	b, _ := json.Marshal(f.stateLocked())
 	return n.p.Setxattr(f.in, XattrState, b, 0)

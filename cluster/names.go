@@ -136,7 +136,8 @@ func (n *Node) placeRec(ctx context.Context, dir *core.Inode, name string, id na
 }
 
 // placeSymlinkLocked makes the local copy of a symbolic link committed on
-// another node (n.names held): the whole link is in its record.
+// another node: the whole link is in its record.
+// Precondition: n.names is held.
 func (n *Node) placeSymlinkLocked(dir *core.Inode, name string, id namespace.FileID, rec namespace.FileRecord, rev int64) (*core.Inode, error) {
 	in, err := n.p.Create(dir, name, core.NewInode{Mode: format.ModeLnk | 0o777, UID: rec.UID, GID: rec.GID, Target: rec.Target})
 	if err != nil {
@@ -201,5 +202,3 @@ func (n *Node) registerSymlink(in *core.Inode, id namespace.FileID, ver namespac
 	n.mu.Unlock()
 	return nil
 }
-
-// resetLocked makes f the placeholder of version rec: its old chunks are

@@ -13,7 +13,9 @@ import (
 	"github.com/dnnfs/dnnfs/format"
 )
 
+// resetLocked makes f the placeholder of version rec: its old chunks are
 // discarded (truncated away), its size and attributes are the record's.
+// Precondition: f.mu is held (released while it waits for stores).
 func (n *Node) resetLocked(f *file, rec namespace.FileRecord, rev int64) error {
 	// A store of the old version's chunk must not write into the new one's
 	// placeholder (nor past its size).
@@ -74,6 +76,7 @@ func (n *Node) revalidate(ctx context.Context, f *file) {
 // applyMetaLocked takes a chmod, chown or utimes another node made of the
 // version f has (SetMeta): the chunks stay, the attributes and the base of
 // the next commit follow the record.
+// Precondition: f.mu is held.
 func (n *Node) applyMetaLocked(f *file, rec namespace.FileRecord, rev int64) {
 	mt := rec.MtimeTime()
 	mode := rec.Mode & format.ModePerm
