@@ -559,9 +559,9 @@ func serveObjects(t *testing.T, w *world, node namespace.NodeID) {
 	w.set(func(w *world) { w.nodes[node] = srv.URL })
 }
 
-// testNode makes node self of w on a fresh pool (core on a memory medium),
-// started as a daemon's; at cleanup it closes and checks the pool.
-func testNode(t *testing.T, w *world, self namespace.NodeID) *Node {
+// testPool opens a fresh pool (core on a memory medium); at cleanup it
+// closes it and checks it (recovery.Check), as every test pool is.
+func testPool(t *testing.T) *core.FS {
 	t.Helper()
 	m := pmem.NewMemory(64 << 20)
 	if err := core.Format(m, 0, 0); err != nil {
@@ -571,6 +571,27 @@ func testNode(t *testing.T, w *world, self namespace.NodeID) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("closing the pool: %v", err)
+		}
+		rep, err := recovery.Check(m)
+		if err != nil {
+			t.Errorf("fsck: %v", err)
+			return
+		}
+		for _, pr := range rep.Problems {
+			t.Errorf("fsck: %v", pr)
+		}
+	})
+	return p
+}
+
+// testNode makes node self of w on a fresh pool, started as a daemon's,
+// and closes it at cleanup (before the pool's check).
+func testNode(t *testing.T, w *world, self namespace.NodeID) *Node {
+	t.Helper()
+	p := testPool(t)
 	ns := &fakeNS{w: w, self: self}
 	n := &Node{cfg: Config{Node: string(self)}, log: zap.NewNop(), ns: ns, store: fakeS3{w},
 		files: map[core.Ino]*file{}, byID: map[namespace.FileID]*file{}, cache: newMemCache(1 << 20),
@@ -578,6 +599,7 @@ func testNode(t *testing.T, w *world, self namespace.NodeID) *Node {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.cat = &catalog{n: n, attach: peer.NewAttachCatalog(), manifests: fakeCatalog{w},
 		own: map[objstore.FileID]bool{}, buckets: map[string]*objstore.Store{}}
+	var err error
 	if n.peer, err = peer.New(peer.Config{Self: peer.NodeID(self), Token: testToken, Dir: fakeDir{ns}, Local: local{n}, Catalog: n.cat}); err != nil {
 		t.Fatal(err)
 	}
@@ -585,19 +607,6 @@ func testNode(t *testing.T, w *world, self namespace.NodeID) *Node {
 	if err := n.Start(p); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		n.Close()
-		if err := p.Close(); err != nil {
-			t.Errorf("closing the pool: %v", err)
-		}
-		rep, err := recovery.Check(m)
-		if err != nil {
-			t.Errorf("fsck: %v", err)
-		} else if !rep.Clean() {
-			for _, pr := range rep.Problems {
-				t.Errorf("fsck: %v", pr)
-			}
-		}
-	})
+	t.Cleanup(func() { n.Close() })
 	return n
 }
