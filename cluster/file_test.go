@@ -112,12 +112,8 @@ func TestCommitFailureStaysLocal(t *testing.T) {
 // TestWriterBusy: an open for writing while another node holds the
 // writer lock is ErrWriterBusy at once; a reader opens.
 func TestWriterBusy(t *testing.T) {
-	w := newWorld()
-	serveObjects(t, w, "b")
-	id, _, _ := w.commitAs("b", "e", testData(testCS, 9))
-	w.set(func(w *world) { w.writers[id] = "b" })
-	n := testNode(t, w, "a")
-	in := lookup(t, n, "e")
+	w, n, in := sharedFile(t, "e", testData(testCS, 9))
+	w.set(func(w *world) { w.writers[n.fileOf(in).id] = "b" })
 	ctx := context.Background()
 	if _, err := n.Open(ctx, in, true, false); !errors.Is(err, ErrWriterBusy) {
 		t.Fatalf("open for writing: %v, want ErrWriterBusy", err)
@@ -170,13 +166,9 @@ func TestReadFillsFromPeer(t *testing.T) {
 // local copy the placeholder of the new version and invalidates the
 // kernel's attributes; an open copy waits for its last close.
 func TestFileEventResetsIdleCopy(t *testing.T) {
-	w := newWorld()
-	serveObjects(t, w, "b")
-	w.commitAs("b", "v", testData(2*testCS, 11))
-	n := testNode(t, w, "a")
+	w, n, in := sharedFile(t, "v", testData(2*testCS, 11))
 	var nt notes
 	n.SetNotifier(&nt)
-	in := lookup(t, n, "v")
 	readAll(t, n, in)
 	ctx := context.Background()
 	h, err := n.Open(ctx, in, false, false)
@@ -214,13 +206,9 @@ func TestFileEventResetsIdleCopy(t *testing.T) {
 // TestNameEventDropsIdleCopy: a name removed on another node goes here
 // too (an idle committed copy), and the kernel forgets the entry.
 func TestNameEventDropsIdleCopy(t *testing.T) {
-	w := newWorld()
-	serveObjects(t, w, "b")
-	w.commitAs("b", "x", testData(testCS, 13))
-	n := testNode(t, w, "a")
+	w, n, _ := sharedFile(t, "x", testData(testCS, 13))
 	var nt notes
 	n.SetNotifier(&nt)
-	lookup(t, n, "x")
 	other := &fakeNS{w: w, self: "b"}
 	if err := other.Remove(context.Background(), "x"); err != nil {
 		t.Fatal(err)

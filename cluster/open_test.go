@@ -27,6 +27,17 @@ func lookup(t *testing.T, n *Node, name string) *core.Inode {
 	return in
 }
 
+// sharedFile makes name a file committed (data, version 1) and served by
+// node b, and returns node a with its placeholder.
+func sharedFile(t *testing.T, name string, data []byte) (*world, *Node, *core.Inode) {
+	t.Helper()
+	w := newWorld()
+	serveObjects(t, w, "b")
+	w.commitAs("b", name, data)
+	n := testNode(t, w, "a")
+	return w, n, lookup(t, n, name)
+}
+
 // readAll fills and reads the whole pool file, as fs's read does.
 func readAll(t *testing.T, n *Node, in *core.Inode) []byte {
 	t.Helper()
@@ -48,11 +59,7 @@ func readAll(t *testing.T, n *Node, in *core.Inode) []byte {
 // (DESIGN §Cluster, "Close-to-open"). Else both write on the old version
 // and every commit of theirs conflicts.
 func TestOpenWritersRevalidate(t *testing.T) {
-	w := newWorld()
-	serveObjects(t, w, "b")
-	w.commitAs("b", "f", testData(3*testCS, 1))
-	n := testNode(t, w, "a")
-	in := lookup(t, n, "f")
+	w, n, in := sharedFile(t, "f", testData(3*testCS, 1))
 	_, _, _ = w.commitAs("b", "f", testData(2*testCS+5, 2)) // v2, not watched by a
 	ctx := context.Background()
 	var second *Handle

@@ -16,11 +16,7 @@ import (
 // "Close-to-open": readers that keep a file open across a commit may see
 // the new version).
 func TestFillVersionMovesDuringRead(t *testing.T) {
-	w := newWorld()
-	serveObjects(t, w, "b")
-	w.commitAs("b", "f", testData(3*testCS, 5))
-	n := testNode(t, w, "a")
-	in := lookup(t, n, "f")
+	w, n, in := sharedFile(t, "f", testData(3*testCS, 5))
 	ctx := context.Background()
 	h, err := n.Open(ctx, in, false, false)
 	if err != nil {
