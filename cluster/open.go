@@ -270,7 +270,7 @@ func (n *Node) Wrote(in *core.Inode, off, length int64) {
 // so the other nodes see the new size at once rather than with some later
 // writer's close. A file this node writes (ftruncate, or truncate(2) while
 // it is open for writing) commits it with its writer's fsync or close, as
-// any write. Errors: ErrWriterBusy while another node writes the file,
+// any write (or at once, when that writer closed meanwhile). Errors: ErrWriterBusy while another node writes the file,
 // ErrReadOnly for an attached object, ErrCluster when a step failed (the
 // local truncate may be done then: it is committed by the next writer).
 func (n *Node) Truncate(ctx context.Context, in *core.Inode, size int64, local func() error) error {
@@ -295,7 +295,15 @@ func (n *Node) Truncate(ctx context.Context, in *core.Inode, size int64, local f
 			return err
 		}
 		n.Resized(in, old, size)
-		return nil
+		// The writer it was left to may have closed between the look
+		// at the writers and the truncate: then nobody would commit it.
+		f.mu.Lock()
+		orphan := f.ver > 0 && f.writers == 0 && f.dirty
+		f.mu.Unlock()
+		if !orphan {
+			return nil
+		}
+		return n.commitAsWriter(ctx, in)
 	}
 	h, err := n.Open(ctx, in, true, size == 0)
 	if err != nil {
@@ -306,6 +314,17 @@ func (n *Node) Truncate(ctx context.Context, in *core.Inode, size int64, local f
 		return err
 	}
 	n.Resized(in, old, size)
+	return n.Flush(ctx, h)
+}
+
+// commitAsWriter commits in's local changes as a short writer: the
+// writer lock, the commit, the release.
+func (n *Node) commitAsWriter(ctx context.Context, in *core.Inode) error {
+	h, err := n.Open(ctx, in, true, false)
+	if err != nil {
+		return err
+	}
+	defer n.Release(h)
 	return n.Flush(ctx, h)
 }
 

@@ -87,3 +87,31 @@ func TestOpenWritersRevalidate(t *testing.T) {
 		t.Fatalf("writers opened on version %d (%d bytes), want the committed version 2", ver, len(got))
 	}
 }
+
+// TestTruncateWhileWriterCloses: a truncate(2) of a committed file that a
+// handle here writes is left to that writer's commit; when the writer's
+// last close comes between the truncate's look at the writers and the
+// pool's truncate, the truncate commits itself, so other nodes see the new
+// size (DESIGN §Cluster, "Writing", truncate(2)) instead of a change no
+// writer will commit.
+func TestTruncateWhileWriterCloses(t *testing.T) {
+	w, n, in := sharedFile(t, "t", testData(2*testCS, 15))
+	ctx := context.Background()
+	h, err := n.Open(ctx, in, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = testCS / 2
+	err = n.Truncate(ctx, in, size, func() error {
+		n.Release(h) // the writer's close, racing in
+		sz := uint64(size)
+		return n.p.Setattr(in, core.SetAttr{Size: &sz})
+	})
+	if err != nil {
+		t.Fatalf("truncate: %v", err)
+	}
+	rec, _, err := n.ns.File(ctx, h.f.id)
+	if err != nil || rec.Size != size {
+		t.Fatalf("the committed record after the truncate: size %d (%v), want %d (calls %q)", rec.Size, err, size, w.callLog())
+	}
+}
