@@ -52,6 +52,8 @@ type world struct {
 	// onServe, when set, runs (without mu) before another node's chunk
 	// server reads a chunk of the world's objects.
 	onServe func(ref objstore.ChunkRef)
+	// onCommit, when set, runs (without mu) at the start of a Commit.
+	onCommit func(path string)
 }
 
 // holdPuts makes PutChunk wait until the returned function is called; the
@@ -259,6 +261,12 @@ func (ns *fakeNS) writerBusyLocked(id namespace.FileID) error {
 }
 
 func (ns *fakeNS) Commit(ctx context.Context, path string, id namespace.FileID, base int64, rec namespace.FileRecord, held namespace.Chunks) (int64, error) {
+	ns.w.mu.Lock()
+	cb := ns.w.onCommit
+	ns.w.mu.Unlock()
+	if cb != nil {
+		cb(path)
+	}
 	if err := ns.lock(); err != nil {
 		return 0, err
 	}

@@ -158,14 +158,21 @@ func (n *Node) Release(h *Handle) {
 		return
 	}
 	f := h.f
+	committed := false
 	if h.write {
-		if err := n.commit(n.ctx, f); err != nil {
-			n.log.Error("commit at release failed; the file's changes stay local", zap.String("id", string(f.id)), zap.Error(err))
-		}
+		committed = n.commitAtRelease(f)
 		f.lockMu.Lock()
 		defer f.lockMu.Unlock()
 	}
 	f.mu.Lock()
+	// A change left to this writer that came after its commit (a chmod:
+	// MetaChanged; a truncate: Truncate) is committed before the last
+	// writer goes, checked with the writers count it changes.
+	for committed && f.writers == 1 && f.dirty && !f.removed {
+		f.mu.Unlock()
+		committed = n.commitAtRelease(f)
+		f.mu.Lock()
+	}
 	f.opens--
 	recheck := f.opens == 0 && f.pending
 	if recheck {
@@ -195,6 +202,17 @@ func (n *Node) Release(h *Handle) {
 			}
 		}()
 	}
+}
+
+// commitAtRelease is a writer's commit at its close (RELEASE), which has
+// no caller to fail: a failure is logged, and the changes stay local for
+// the next commit.
+func (n *Node) commitAtRelease(f *file) bool {
+	if err := n.commit(n.ctx, f); err != nil {
+		n.log.Error("commit at release failed; the file's changes stay local", zap.String("id", string(f.id)), zap.Error(err))
+		return false
+	}
+	return true
 }
 
 // recheck does what the watches left undone while f was open: a newer

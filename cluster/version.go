@@ -107,6 +107,10 @@ func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
 		return nil
 	}
 	f.mu.Lock()
+	if f.writers > 0 && f.ver > 0 && !f.removed {
+		// The writer's commit carries them, even if it wrote nothing.
+		f.dirty = true
+	}
 	if f.ver == 0 || f.removed || f.writers > 0 || f.dirty {
 		f.mu.Unlock()
 		return nil // never committed, or its commit carries them
