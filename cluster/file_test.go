@@ -11,6 +11,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/cluster/namespace"
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/format"
 )
 
 // notes is a Notifier that records the kernel invalidations asked for.
@@ -261,5 +262,68 @@ func TestUnlinkRenameCommitted(t *testing.T) {
 	}
 	if _, err := n.ns.Lookup(ctx, "u2"); !errors.Is(err, namespace.ErrNotFound) {
 		t.Fatalf("namespace after the unlink: %v", err)
+	}
+}
+
+// TestAttachedReadOnly: an attached object's file refuses every change
+// with ErrReadOnly (EROFS at the FUSE boundary) and still reads.
+func TestAttachedReadOnly(t *testing.T) {
+	data := testData(testCS+3, 18)
+	_, n, in := sharedFile(t, "o", data)
+	h := n.fileOf(in)
+	h.mu.Lock()
+	h.src = attachPrefix + "etag:bucket:key"
+	h.mu.Unlock()
+	ctx := context.Background()
+	if _, err := n.Open(ctx, in, true, false); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("open for writing: %v, want ErrReadOnly", err)
+	}
+	if err := n.Truncate(ctx, in, 0, func() error { t.Fatal("truncated the pool"); return nil }); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("truncate: %v, want ErrReadOnly", err)
+	}
+	if err := n.MetaChanged(ctx, in); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("chmod: %v, want ErrReadOnly", err)
+	}
+	if got := readAll(t, n, in); !bytes.Equal(got, data) {
+		t.Fatal("read other bytes than the object's")
+	}
+}
+
+// TestSyncDirAndSymlinks: a listing makes placeholders for the names the
+// namespace has below a directory (a directory for a name with names
+// below it); a symlink made here is shared, and one whose name another
+// node's file has is core.ErrExist.
+func TestSyncDirAndSymlinks(t *testing.T) {
+	w := newWorld()
+	serveObjects(t, w, "b")
+	w.commitAs("b", "ck/step-1", testData(10, 19))
+	w.commitAs("b", "ck/sub/x", testData(10, 20))
+	n := testNode(t, w, "a")
+	ctx := context.Background()
+	ck := lookup(t, n, "ck")
+	n.SyncDir(ctx, ck)
+	if in, err := n.p.Lookup(ck, "step-1"); err != nil || in.Attr().Size != 10 {
+		t.Fatalf("placeholder step-1: %v", err)
+	}
+	if in, err := n.p.Lookup(ck, "sub"); err != nil || !in.IsDir() {
+		t.Fatalf("directory sub: %v", err)
+	}
+	link := func(name string) error {
+		in, err := n.p.Create(ck, name, core.NewInode{Mode: format.ModeLnk | 0o777, Target: "step-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Symlinked(ctx, ck, name, in)
+	}
+	if err := link("latest"); err != nil {
+		t.Fatalf("symlink: %v", err)
+	}
+	other := &fakeNS{w: w, self: "b"}
+	if _, rec, _, err := other.Stat(ctx, "ck/latest"); err != nil || rec.Target != "step-1" {
+		t.Fatalf("the shared link: %+v %v", rec, err)
+	}
+	w.commitAs("b", "ck/taken", testData(10, 21))
+	if err := link("taken"); !errors.Is(err, core.ErrExist) {
+		t.Fatalf("a link over another node's name: %v, want core.ErrExist", err)
 	}
 }
