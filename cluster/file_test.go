@@ -327,3 +327,38 @@ func TestSyncDirAndSymlinks(t *testing.T) {
 		t.Fatalf("a link over another node's name: %v, want core.ErrExist", err)
 	}
 }
+
+// TestWarm: warm-up describes the committed version, skips chunks some
+// pool holds (without bringing them here), and refuses a local file with
+// ErrNotShared.
+func TestWarm(t *testing.T) {
+	data := testData(2*testCS+1, 22)
+	_, n, in := sharedFile(t, "wm", data)
+	ctx := context.Background()
+	wi, err := n.WarmInfo(ctx, in)
+	if err != nil || wi.Version != 1 || wi.Size != int64(len(data)) || wi.Chunks != 3 || wi.ChunkSize != testCS {
+		t.Fatalf("WarmInfo %+v %v", wi, err)
+	}
+	for i := int64(0); i < wi.Chunks; i++ {
+		if err := n.Warm(ctx, in, i); err != nil {
+			t.Fatalf("warm chunk %d held by b: %v", i, err)
+		}
+	}
+	f := n.fileOf(in)
+	f.mu.Lock()
+	present := f.present.Len()
+	f.mu.Unlock()
+	if present != 0 {
+		t.Fatalf("warm-up brought %d chunks here", present)
+	}
+	if err := n.Warm(ctx, in, 3); !errors.Is(err, ErrNotShared) {
+		t.Fatalf("warm a chunk past the end: %v, want ErrNotShared", err)
+	}
+	local, err := n.p.Create(n.p.Root(), "local", core.NewInode{Mode: format.ModeReg | 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WarmInfo(ctx, local); !errors.Is(err, ErrNotShared) {
+		t.Fatalf("WarmInfo of a local file: %v, want ErrNotShared", err)
+	}
+}
