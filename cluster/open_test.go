@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -118,61 +119,43 @@ func TestTruncateWhileWriterCloses(t *testing.T) {
 }
 
 // TestChmodByWriter: a chmod of a file this node writes travels with the
-// writer's commit, even when the writer changed nothing else (DESIGN
-// §Cluster, "Writing": "A writer's own chmod travels with its commit").
+// writer's commit (DESIGN §Cluster, "Writing": "A writer's own chmod
+// travels with its commit"), even when the writer changed nothing else,
+// and when it comes during the last writer's close, after that commit read
+// the attributes (the close commits once more before the lock goes).
 func TestChmodByWriter(t *testing.T) {
-	w, n, in := sharedFile(t, "m", testData(testCS, 16))
-	ctx := context.Background()
-	h, err := n.Open(ctx, in, true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mode := uint32(0o600)
-	if err := n.p.Setattr(in, core.SetAttr{Mode: &mode}); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.MetaChanged(ctx, in); err != nil {
-		t.Fatalf("chmod: %v", err)
-	}
-	n.Release(h)
-	rec, _, err := n.ns.File(ctx, h.f.id)
-	if err != nil || rec.Mode&0o777 != mode {
-		t.Fatalf("the committed record after the writer's close: mode %#o (%v), want %#o (calls %q)", rec.Mode&0o777, err, mode, w.callLog())
-	}
-}
-
-// TestChmodDuringWriterRelease: a chmod that comes while the last
-// writer's close commits (after that commit read the attributes) is left
-// to the writer, so the close commits once more before it gives the lock
-// up, instead of leaving a change no writer commits.
-func TestChmodDuringWriterRelease(t *testing.T) {
-	w, n, in := sharedFile(t, "m", testData(testCS, 17))
-	ctx := context.Background()
-	h, err := n.Open(ctx, in, true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.p.Write(in, 0, []byte("changed"), false); err != nil {
-		t.Fatal(err)
-	}
-	n.Wrote(in, 0, 7)
-	mode := uint32(0o600)
-	var once sync.Once
-	w.set(func(w *world) {
-		w.onCommit = func(string) {
-			once.Do(func() {
+	for _, during := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DuringRelease=%v", during), func(t *testing.T) {
+			w, n, in := sharedFile(t, "m", testData(testCS, 16))
+			ctx := context.Background()
+			h, err := n.Open(ctx, in, true, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode := uint32(0o600)
+			chmod := func() {
 				if err := n.p.Setattr(in, core.SetAttr{Mode: &mode}); err != nil {
 					t.Error(err)
 				}
 				if err := n.MetaChanged(ctx, in); err != nil {
 					t.Errorf("chmod: %v", err)
 				}
-			})
-		}
-	})
-	n.Release(h)
-	rec, _, err := n.ns.File(ctx, h.f.id)
-	if err != nil || rec.Mode&0o777 != mode {
-		t.Fatalf("the committed record after the writer's close: mode %#o (%v), want %#o (calls %q)", rec.Mode&0o777, err, mode, w.callLog())
+			}
+			if during {
+				if _, err := n.p.Write(in, 0, []byte("changed"), false); err != nil {
+					t.Fatal(err)
+				}
+				n.Wrote(in, 0, 7)
+				var once sync.Once
+				w.set(func(w *world) { w.onCommit = func(string) { once.Do(chmod) } })
+			} else {
+				chmod()
+			}
+			n.Release(h)
+			rec, _, err := n.ns.File(ctx, h.f.id)
+			if err != nil || rec.Mode&0o777 != mode {
+				t.Fatalf("the committed record after the writer's close: mode %#o (%v), want %#o (calls %q)", rec.Mode&0o777, err, mode, w.callLog())
+			}
+		})
 	}
 }
