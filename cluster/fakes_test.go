@@ -53,7 +53,8 @@ type world struct {
 	// server reads a chunk of the world's objects.
 	onServe func(ref objstore.ChunkRef)
 	// onCommit, when set, runs (without mu) at the start of a Commit.
-	onCommit func(path string)
+	onCommit  func(path string)
+	dropFails bool // DropHolding fails (ErrUnavailable)
 }
 
 // holdPuts makes PutChunk wait until the returned function is called; the
@@ -397,6 +398,9 @@ func (ns *fakeNS) DropHolding(ctx context.Context, id namespace.FileID, ver name
 		return err
 	}
 	defer ns.w.mu.Unlock()
+	if ns.w.dropFails {
+		return fmt.Errorf("%w: fake holder drop", namespace.ErrUnavailable)
+	}
 	delete(ns.w.holdings[ns.self], namespace.FileVersion{File: id, Ver: ver})
 	ns.w.note("drop holding %s v%d", id, ver)
 	return nil
