@@ -39,16 +39,13 @@ func parseAttachManifest(m string, size int64) (bucket string, o objstore.Object
 	return parts[1], objstore.ObjectInfo{Key: parts[2], Size: size, ETag: parts[0]}, true
 }
 
-// ErrBadURL: an attach source that is not s3://bucket[/prefix].
-var ErrBadURL = errors.New("want s3://BUCKET[/PREFIX]")
-
 // catalog resolves chunks of attached objects (learning them from their
 // file records, so that a home node with no name for a file can fill it)
 // and of dnnfs's own files (their manifests).
 type catalog struct {
 	n         *Node
 	attach    *peer.AttachCatalog
-	manifests *peer.ManifestCatalog
+	manifests manifestCatalog
 
 	mu      sync.Mutex
 	own     map[objstore.FileID]bool // files known to have manifests

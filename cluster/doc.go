@@ -1,6 +1,6 @@
 // Package cluster is the glue between a dnnfs pool (core) and the cluster
-// packages (issue #17; DESIGN.md §Cluster): it makes a regular file of the
-// pool a file of the cluster's one namespace.
+// packages (DESIGN §Cluster): it makes a regular file of the pool a file
+// of the cluster's one namespace.
 //
 // What it owns:
 //
@@ -38,6 +38,17 @@
 //     cache) and peer.Directory (on cluster/namespace);
 //   - watches: a commit or a name change on another node invalidates the
 //     kernel's cached attributes and entries here (Notifier).
+//
+// Where in the code: node.go (Dial, Start, Close, Status, peer.Directory,
+// the memory cache), services.go (what it needs of etcd and S3), file.go
+// (a file's state and its xattr), names.go (Lookup, SyncDir, placeholders,
+// Symlinked), version.go (close-to-open: reset, revalidate; MetaChanged),
+// open.go (Open, Flush, Fsync, Release), write.go (Wrote, Truncate,
+// Resized), read.go (Fill, read-ahead, storing a chunk), local.go
+// (peer.Local), commit.go (upload, then the namespace step), rename.go
+// (Unlink, Rename), watch.go (the file and name watches), warm.go (dnnfs
+// warmup), attach.go (dnnfs attach), evict.go, background.go (work no
+// caller waits for: its failures are logged and counted), errors.go.
 //
 // What it must not do: import fs or speak syscall.Errno (fs maps its
 // sentinels, ErrWriterBusy and ErrCluster), change anything when the cluster is off (fs

@@ -15,7 +15,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 )
 
-// Eviction (DESIGN.md §Cluster, "The pool as a cache"): the chunks a node
+// Eviction (DESIGN §Cluster, "The pool as a cache"): the chunks a node
 // filled into its pool are a cache of bytes that are in S3 (and maybe at
 // peers). When the pool's free space falls below the low watermark
 // (--cluster-cache-min-free) before a fill stores a chunk, or a store
@@ -294,6 +294,7 @@ func (n *Node) makeRoom(need int64, held *file) {
 // evictableLocked: chunk i of g is present, of the committed version, and
 // nothing local changes the file (no writer, no dirty chunk, no commit in
 // flight): its bytes are in S3.
+// Precondition: g.mu is held.
 func evictableLocked(g *file, i namespace.ChunkIdx) bool {
 	return g.present.Has(i) && g.ver > 0 && !g.removed && !g.dirty && g.writers == 0 &&
 		g.changed.Len() == 0 && g.inflight.Len() == 0 && g.cs > 0

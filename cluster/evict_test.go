@@ -14,7 +14,6 @@ import (
 	"github.com/dnnfs/dnnfs/cluster/objstore"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/tests/clusterenv"
 )
 
@@ -74,7 +73,8 @@ func TestChunkLRUOrder(t *testing.T) {
 }
 
 // evictNode is a Node with only what eviction uses: a real pool (core on
-// a memory medium) and a real namespace (a one-member etcd).
+// a memory medium, checked at cleanup) and a real namespace (a one-member
+// etcd).
 func evictNode(t *testing.T) *Node {
 	t.Helper()
 	e := clusterenv.StartEtcd(t, 1)
@@ -84,14 +84,7 @@ func evictNode(t *testing.T) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	m := pmem.NewMemory(32 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testPool(t)
 	return &Node{log: zap.NewNop(), ns: ns, p: p, files: map[core.Ino]*file{}, byID: map[namespace.FileID]*file{},
 		ev: newEvictor(), cache: newMemCache(1 << 20)}
 }

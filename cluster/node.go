@@ -34,9 +34,6 @@ const DefaultCacheBytes = 1 << 30
 // credentials (etcd's is namespace.DefaultDialTimeout).
 const s3OpenTimeout = 15 * time.Second
 
-// ErrConfig: a bad or incomplete cluster configuration (flags).
-var ErrConfig = errors.New("cluster configuration")
-
 // Config is one daemon's cluster configuration (the mount flags).
 type Config struct {
 	Etcd       []string    // --etcd
@@ -75,8 +72,8 @@ type Notifier interface {
 type Node struct {
 	cfg   Config
 	log   *zap.Logger
-	ns    *namespace.NS
-	store *objstore.Store
+	ns    nsClient
+	store objStore
 	cat   *catalog
 	peer  *peer.Peer
 	srv   *peer.Server
@@ -108,10 +105,11 @@ type Node struct {
 	// aheadSlots bounds the node's read-ahead fetches in flight
 	// (maxReadAheadFetches), each a chunk in memory until stored.
 	aheadSlots chan struct{}
-	ev         *evictor // the pool as a cache of chunks (evict.go)
+	ev         *evictor   // the pool as a cache of chunks (evict.go)
+	bg         bgCounters // failures of background work (background.go)
 }
 
-// Read-ahead (DESIGN.md §Cluster, "Reads"): a read starts fetching the
+// Read-ahead (DESIGN §Cluster, "Reading"): a read starts fetching the
 // readAheadChunks chunks after the ones it waits for, the node at most
 // maxReadAheadFetches at once (4 × 32 MiB chunks per file, 256 MiB in all
 // at the default chunk size).
@@ -342,8 +340,10 @@ type Status struct {
 	CachedChunks int   `json:"cached_chunks"`
 	CachedBytes  int64 `json:"cached_bytes"`
 	// Evicted counts the chunks evicted from the pool to keep its low
-	// watermark free (DESIGN.md §Cluster).
+	// watermark free (DESIGN §Cluster).
 	Evicted EvictStats `json:"evicted"`
+	// Background counts failures of work no caller waits for.
+	Background BackgroundStats `json:"background"`
 }
 
 // HeldJSON is one file version's chunks held by this node.
@@ -387,6 +387,7 @@ func (n *Node) Status() *Status {
 	})
 	s.CachedChunks, s.CachedBytes = n.cache.stats()
 	s.Evicted = n.ev.stats()
+	s.Background = n.bg.stats()
 	return s
 }
 

@@ -1,21 +1,10 @@
-// Package ids holds the identities of a dnnfs cluster (DESIGN.md §Cluster):
-// the one definition, text form and syntax check of a node, a cluster, a
-// file, a version and a chunk, shared by cluster/namespace (etcd),
-// cluster/objstore (S3), cluster/peer and the cluster glue.
-//
-// What it must not do: import anything of ours, or know a record's or an
-// object's layout (those codecs live with the store they describe).
 package ids
 
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 )
-
-// ErrInvalid: an id that is not well formed (Valid, the Parse functions).
-var ErrInvalid = errors.New("invalid")
 
 // NodeID names one dnnfs daemon in the cluster (--node-id): 1 to 64 of
 // [a-z0-9._-], not "." or "..". It is a component of etcd keys, so no '/'.

@@ -1,5 +1,5 @@
-// Package namespace owns everything dnnfs keeps in etcd (issue #17): the
-// connection, the cluster's fsid, node membership under a lease, the
+// Package namespace owns everything dnnfs keeps in etcd (DESIGN §Cluster,
+// "Keys"): the connection, the cluster's fsid, node membership under a lease, the
 // path → file id names, the file records (each file's committed version),
 // the holder records (which node holds which chunks in its pool), the
 // one-writer lock, and the watches that keep other nodes current.
@@ -78,7 +78,7 @@
 // endpoints; every call is bounded by its context or Config.OpTimeout, so
 // none hangs), ErrDuplicateNode, ErrNotFound, ErrExists, ErrIsDir,
 // ErrNotDir, ErrNotEmpty, ErrTooLarge, ErrConflict (a transaction raced
-// with another node's: nothing of it is visible), ErrWriterBusy,
+// with another node's: nothing of it is visible), ErrWriterHeld,
 // ErrWriterLost, ErrClosed.
 //
 // A call whose etcd member is lost, or that meets a leader election, is

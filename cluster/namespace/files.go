@@ -80,7 +80,7 @@ func (ns *NS) Stat(ctx context.Context, path string) (FileID, FileRecord, int64,
 // becomes the holder of the chunks given, under its lease. When this node
 // holds the file's writer lock, the transaction also requires that it
 // still does (ErrWriterLost); when it does not, that no node does
-// (ErrWriterBusy).
+// (ErrWriterHeld).
 //
 // It returns the new record's mod revision (the base of the next commit).
 // ErrConflict when another commit (or a remove) came first, ErrExists
@@ -156,7 +156,7 @@ func (ns *NS) Commit(ctx context.Context, path string, id FileID, base int64, re
 		case !holdsLock && len(wkv) > 0:
 			var w writerRecord
 			decode(string(wkv[0].Key), wkv[0].Value, &w)
-			return 0, fmt.Errorf("%w: commit %s (%s): node %s holds the writer lock", ErrWriterBusy, path, id, w.Node)
+			return 0, fmt.Errorf("%w: commit %s (%s): node %s holds the writer lock", ErrWriterHeld, path, id, w.Node)
 		case len(fkv) > 0 && fkv[0].ModRevision != base:
 			cur, _ := decodeFile(fk, fkv[0].Value)
 			return 0, fmt.Errorf("%w: commit %s (%s) version %d: version %d was committed meanwhile", ErrConflict, path, id, rec.Version, cur.Version)
@@ -189,7 +189,7 @@ type Meta struct {
 // holds the writer lock but this one (a writer's next commit would
 // otherwise be refused for the changed revision); it returns the record's
 // new mod revision. ErrConflict when the record changed meanwhile (read it
-// again and retry), ErrWriterBusy when another node writes the file,
+// again and retry), ErrWriterHeld when another node writes the file,
 // ErrNotFound when it was removed, ErrUnavailable when etcd did not answer.
 func (ns *NS) SetMeta(ctx context.Context, id FileID, base int64, m Meta) (FileRecord, int64, error) {
 	if err := id.Valid(); err != nil {
@@ -245,7 +245,7 @@ func (ns *NS) SetMeta(ctx context.Context, id FileID, base int64, m Meta) (FileR
 		case len(wkv) > 0:
 			var w writerRecord
 			decode(string(wkv[0].Key), wkv[0].Value, &w)
-			return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: node %s holds the writer lock", ErrWriterBusy, id, w.Node)
+			return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: node %s holds the writer lock", ErrWriterHeld, id, w.Node)
 		}
 		return FileRecord{}, 0, fmt.Errorf("%w: setattr %s: raced with another transaction", ErrConflict, id)
 	}

@@ -280,7 +280,7 @@ type Writer struct {
 }
 
 // AcquireWriter takes the one-writer lock of a file for this node.
-// ErrWriterBusy (naming the holder) when a node holds it, this one
+// ErrWriterHeld (naming the holder) when a node holds it, this one
 // included: a node counts its own opens for writing itself. The lock
 // ends with Release, Close, or the node lease.
 func (ns *NS) AcquireWriter(ctx context.Context, id FileID) (*Writer, error) {
@@ -316,7 +316,7 @@ func (ns *NS) AcquireWriter(ctx context.Context, id FileID) (*Writer, error) {
 				holder = fmt.Sprintf("node %s since %s", w.Node, time.Unix(0, w.Since).UTC().Format(time.RFC3339))
 			}
 		}
-		return nil, fmt.Errorf("%w: file %s: held by %s", ErrWriterBusy, id, holder)
+		return nil, fmt.Errorf("%w: file %s: held by %s", ErrWriterHeld, id, holder)
 	}
 	ns.mu.Lock()
 	ns.writers[id] = lease

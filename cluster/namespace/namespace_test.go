@@ -180,7 +180,7 @@ func TestKilledNodeRecordsVanish(t *testing.T) {
 	if hs, _ := a.Holders(context.Background(), id, 1, 3); len(hs) != 0 {
 		t.Fatalf("holders of chunk 3 (not held): %v", hs)
 	}
-	if _, err := a.AcquireWriter(context.Background(), id); !errors.Is(err, namespace.ErrWriterBusy) || !strings.Contains(err.Error(), "node killed") {
+	if _, err := a.AcquireWriter(context.Background(), id); !errors.Is(err, namespace.ErrWriterHeld) || !strings.Contains(err.Error(), "node killed") {
 		t.Fatalf("AcquireWriter while the child holds it: %v", err)
 	}
 	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
@@ -444,10 +444,10 @@ func TestWatchAndWriterLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterBusy) {
+	if _, err := b.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterHeld) {
 		t.Fatalf("b's AcquireWriter while a writes: %v", err)
 	}
-	if _, err := a.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterBusy) {
+	if _, err := a.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterHeld) {
 		t.Fatalf("a's second AcquireWriter: %v", err)
 	}
 	rev, err := a.Commit(ctx, "w", id, 0, rec(1, 10), namespace.Chunks{})

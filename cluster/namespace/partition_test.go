@@ -129,11 +129,11 @@ func TestPartitionedNodeRejoins(t *testing.T) {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterBusy) {
+	if _, err := a.AcquireWriter(ctx, id); !errors.Is(err, namespace.ErrWriterHeld) {
 		t.Fatalf("a's AcquireWriter while b holds it: %v (a's stale Release must not free b's lock)", err)
 	}
-	if _, err := a.Commit(ctx, "f", id, rev, rec(2, 1), namespace.Chunks{}); !errors.Is(err, namespace.ErrWriterBusy) {
-		t.Fatalf("a's commit without the lock while b holds it: %v, want ErrWriterBusy", err)
+	if _, err := a.Commit(ctx, "f", id, rev, rec(2, 1), namespace.Chunks{}); !errors.Is(err, namespace.ErrWriterHeld) {
+		t.Fatalf("a's commit without the lock while b holds it: %v, want ErrWriterHeld", err)
 	}
 	if err := wb.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 // Package objstore is dnnfs's side of the S3-compatible object store, the
-// durable tier of a cluster (issue #17; the cluster design): chunk objects,
+// durable tier of a cluster (DESIGN §Cluster, "Keys"): chunk objects,
 // manifests, listing a foreign prefix for attach, and ranged GETs. It
 // counts its requests and bytes so tests can assert "at most one GET per
 // chunk".

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"strconv"
@@ -52,9 +51,6 @@ func Checksum(b []byte) CRC32C { return CRC32C(crc32.Checksum(b, castagnoli)) }
 
 // String is the 8-hex-digit form.
 func (c CRC32C) String() string { return fmt.Sprintf("%08x", uint32(c)) }
-
-// ErrBadCRC: a CRC-32C that is not 8 hex digits.
-var ErrBadCRC = errors.New("crc32c is not 8 hex digits")
 
 // ParseCRC32C reads the 8-hex-digit form.
 func ParseCRC32C(s string) (CRC32C, error) {

@@ -3,7 +3,6 @@ package objstore
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -24,10 +23,6 @@ type ChunkEntry struct {
 	Size   int64  `json:"size"`
 	CRC32C CRC32C `json:"crc32c"`
 }
-
-// ErrBadManifest: a manifest that does not decode, or whose fields
-// disagree (chunk count or sizes against size and chunk_size, ids).
-var ErrBadManifest = errors.New("bad manifest")
 
 // Chunks returns how many chunks a file of size bytes has.
 func Chunks(size, chunkSize int64) int64 {

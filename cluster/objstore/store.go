@@ -17,27 +17,6 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// The errors of a bad configuration, one line each, for `dnnfs mount` to
-// print before it exits non-zero; operations wrap them too (an S3 server
-// that went away returns ErrUnreachable).
-var (
-	// ErrUnreachable: no answer from the endpoint (refused, no route, DNS,
-	// TLS handshake, timeout).
-	ErrUnreachable = errors.New("S3 endpoint unreachable")
-	// ErrCredentials: the endpoint refused the credentials (unknown access
-	// key, bad signature, access denied), or none were given.
-	ErrCredentials = errors.New("S3 credentials refused")
-	// ErrNoBucket: the bucket does not exist.
-	ErrNoBucket = errors.New("S3 bucket does not exist")
-	// ErrNotFound: no object under that key.
-	ErrNotFound = errors.New("S3 object not found")
-	// ErrNoFSID: a chunk or manifest operation on a store opened without
-	// an FSID (one opened only to attach a foreign prefix).
-	ErrNoFSID = errors.New("object store opened without an fsid")
-	// ErrShort: an object or range shorter than asked for.
-	ErrShort = errors.New("S3 object shorter than the range asked for")
-)
-
 // openProbeKey is the key Open reads to check the credentials and the
 // bucket; it is never written.
 const openProbeKey = ".dnnfs-open-check"

@@ -11,9 +11,6 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// ErrNoChunk: a chunk index past the end of its version's manifest.
-var ErrNoChunk = errors.New("no such chunk in the manifest")
-
 // manifestRetryAfter is how long a manifest that S3 could not be reached
 // for is not asked again: with S3 down, every chunk of the file would
 // otherwise wait for the client's retries before its peers are asked.
@@ -118,10 +115,6 @@ func (c *ManifestCatalog) Chunk(ctx context.Context, ref objstore.ChunkRef) (Chu
 	e := m.Chunks[ref.Idx]
 	return ChunkInfo{Key: e.Key, Size: e.Size, CRC32C: e.CRC32C, HaveCRC: true}, nil
 }
-
-// ErrNotInCatalog: a catalog that does not know the file (Chain then asks
-// the next one).
-var ErrNotInCatalog = errors.New("file not in this catalog")
 
 // Chain is a Catalog asking each of its catalogs in turn until one knows
 // the file: an AttachCatalog (in memory) before a ManifestCatalog (which

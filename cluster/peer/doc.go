@@ -1,5 +1,5 @@
-// Package peer is the peer memory tier of a dnnfs cluster (issue #17; the
-// cluster design, §Peer protocol): every node serves the chunks in its
+// Package peer is the peer memory tier of a dnnfs cluster (DESIGN §Cluster,
+// "Reading"): every node serves the chunks in its
 // pool to the other nodes over HTTP(S), and a reader pulls a chunk into its
 // own pool from the nearest source, so N nodes loading one checkpoint fan
 // out peer to peer instead of hitting the object store N times.

@@ -12,17 +12,6 @@ import (
 	"github.com/dnnfs/dnnfs/cluster/objstore"
 )
 
-// ErrUnavailable: no source could give the chunk (the last source's error
-// is wrapped with it).
-var ErrUnavailable = errors.New("chunk unavailable from every source")
-
-// ErrBadChunk: a chunk whose size or CRC-32C does not match its manifest
-// (or, from a peer, its own X-Dnnfs-Crc32c).
-var ErrBadChunk = errors.New("chunk size or crc32c mismatch")
-
-// ErrNoStore: a fill from S3 on a node configured without a Store.
-var ErrNoStore = errors.New("no S3 store configured")
-
 // maxUnknownChunk bounds a peer's reply when the chunk's size is not known
 // (no manifest): no chunk is larger (the design's chunks are 16-64 MiB).
 const maxUnknownChunk = 1 << 30
@@ -37,7 +26,7 @@ type fetched struct {
 // and announced to the Directory. Concurrent Fetches of one chunk on a
 // node share one flight. The slice may be shared with other callers: do
 // not modify it. A failing peer is never an error; the error comes only
-// when S3, the last source, fails too, and wraps ErrUnavailable.
+// when S3, the last source, fails too, and wraps ErrNoSource.
 func (p *Peer) Fetch(ctx context.Context, ref objstore.ChunkRef) ([]byte, Source, error) {
 	lc := &p.src[SourceLocal]
 	lc.requests.Add(1)
@@ -103,7 +92,7 @@ func (p *Peer) fetch(ctx context.Context, ref objstore.ChunkRef) (fetched, error
 	}
 	b, _, err := p.fill(ctx, ref)
 	if err != nil {
-		return fetched{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, ref, err)
+		return fetched{}, fmt.Errorf("%w: %s: %w", ErrNoSource, ref, err)
 	}
 	return fetched{b, SourceS3}, nil
 }

@@ -21,9 +21,6 @@ import (
 // NodeID is a node's name in the cluster (--node-id; ids.NodeID).
 type NodeID = ids.NodeID
 
-// ErrBadNodeID: a node id outside [a-z0-9._-]{1,64} (ids.ErrInvalid).
-var ErrBadNodeID = ids.ErrInvalid
-
 // ParseNodeID checks s is a NodeID (ids.ParseNodeID).
 func ParseNodeID(s string) (NodeID, error) { return ids.ParseNodeID(s) }
 
@@ -187,10 +184,6 @@ type Stats struct {
 	ServedMissing int64 `json:"served_missing"` // 404s for chunks not held
 	Fills         int64 `json:"fills"`          // ?fill=1 requests for chunks not held (one S3 GET per flight)
 }
-
-// ErrNoToken: a Peer configured without a cluster token, or a token file
-// with none in it.
-var ErrNoToken = errors.New("no cluster token")
 
 // ReadTokenFile reads the cluster token from --cluster-token-file: the
 // file's content without surrounding white space (a trailing newline);

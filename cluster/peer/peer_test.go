@@ -221,7 +221,7 @@ func TestS3Stopped(t *testing.T) {
 		}
 	}
 	_, _, err := b.peer.Fetch(context.Background(), g.ref(0))
-	if !errors.Is(err, peer.ErrUnavailable) || !errors.Is(err, objstore.ErrUnreachable) {
+	if !errors.Is(err, peer.ErrNoSource) || !errors.Is(err, objstore.ErrUnreachable) {
 		t.Fatalf("Fetch of a chunk only S3 has, S3 stopped: %v", err)
 	}
 	t.Log(err)

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -124,10 +123,6 @@ func (p *Peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// ErrBadChunkPath: a chunk path that is not "<id>/<ver>/<chunk>" in
-// canonical form.
-var ErrBadChunkPath = errors.New("want /v1/chunks/<32 hex id>/<version>/<chunk>")
-
 // ParseChunkPath reads "<id>/<ver>/<chunk>" (the part after /v1/chunks/):
 // 32 lower-case hex digits, a version 1 up and a chunk index, both in
 // canonical decimal (no sign, no leading zeros), nothing else.
@@ -171,10 +166,6 @@ func (r byteRange) n() int64 {
 	}
 	return r.end - r.start + 1
 }
-
-// ErrBadRange: a Range header that is not one "bytes=a-b", "bytes=a-" or
-// "bytes=-n".
-var ErrBadRange = errors.New(`want one range: bytes=a-b, bytes=a- or bytes=-n`)
 
 func parseRange(h string) (byteRange, error) {
 	if h == "" {

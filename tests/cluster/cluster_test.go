@@ -1,5 +1,5 @@
-// Package cluster_test runs real dnnfs daemons as one cluster (issue #17,
-// DESIGN.md §Cluster): a real 3-member etcd cluster and a real versitygw
+// Package cluster_test runs real dnnfs daemons as one cluster (DESIGN
+// §Cluster): a real 3-member etcd cluster and a real versitygw
 // S3 server (tests/clusterenv), and three or four dnnfs daemons with their
 // own pools, their chunk servers on 127.0.0.1, .2, .3 (and .4).
 //

@@ -1,6 +1,6 @@
 // Package clusterenv starts the real engines the cluster tests run against
-// (issue #17): an N-member etcd cluster here, an S3 server beside it. Every
-// server is a real process on 127.0.0.1 ports chosen free at run time, with
+// (DESIGN §Cluster): an N-member etcd cluster here, an S3 server beside
+// it. Every server is a real process on 127.0.0.1 ports chosen free at run time, with
 // its own t.TempDir data directory, and is killed at t.Cleanup by the pid
 // this package started, never by name.
 //
