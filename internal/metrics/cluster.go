@@ -41,6 +41,8 @@ var (
 		"Chunks evicted from the pool to keep --cluster-cache-min-free free (least recently read first).")
 	evictedBytes = desc("dnnfs_cluster_evicted_bytes_total",
 		"Bytes of the chunks evicted from the pool.")
+	bgFailures = desc("dnnfs_cluster_background_failures_total",
+		"Background work that failed with no caller to tell (each also logged), by work: holder_drop, recheck, read_ahead.", "work")
 )
 
 // clusterCollector reads the cluster node at scrape time.
@@ -49,7 +51,7 @@ type clusterCollector struct{ n *cluster.Node }
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fetchRequests, fetchChunks, fetchBytes, fetchBadCRC, servedChunks,
 		servedBytes, servedRefused, homeFills, s3Requests, s3Bytes, liveNodes, heldChunks, cachedBytes,
-		evictedChunks, evictedBytes} {
+		evictedChunks, evictedBytes, bgFailures} {
 		ch <- d
 	}
 }
@@ -92,4 +94,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(cachedBytes, float64(s.CachedBytes))
 	counter(evictedChunks, float64(s.Evicted.Chunks))
 	counter(evictedBytes, float64(s.Evicted.Bytes))
+	counter(bgFailures, float64(s.Background.HolderDrops), "holder_drop")
+	counter(bgFailures, float64(s.Background.Rechecks), "recheck")
+	counter(bgFailures, float64(s.Background.ReadAheads), "read_ahead")
 }

@@ -1087,6 +1087,8 @@ func checkClusterMetrics(t *testing.T, f *harness.FS) {
 		{"dnnfs_cluster_held_chunks", nil, int64(held)},
 		{"dnnfs_cluster_evicted_chunks_total", nil, st.Evicted.Chunks},
 		{"dnnfs_cluster_evicted_bytes_total", nil, st.Evicted.Bytes},
+		{"dnnfs_cluster_background_failures_total", []string{"work", "holder_drop"}, st.Background.HolderDrops},
+		{"dnnfs_cluster_background_failures_total", []string{"work", "read_ahead"}, st.Background.ReadAheads},
 	}
 	moved := int64(0)
 	for _, w := range want {
