@@ -46,12 +46,12 @@ func (fs *FS) SetFileFlags(cl Caller, in *Inode, flags uint32) error {
 		return fmt.Errorf("%w: file attributes: %w", ErrNotSupp, ErrTable)
 	}
 	const guarded = format.InodeImmutable | format.InodeAppend
-	var cr cred
-	if flags&guarded != 0 || fs.FileFlags(in)&guarded != 0 {
-		cr = cl.cred() // before in.mu: it reads /proc
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// Credentials only when a guarded flag changes, decided under in.mu
+	// with the change (getLocked reads /proc with in.mu dropped).
+	cc := callerCred{cl: cl}
+	cr := cc.getLocked(in, (in.d.Flags^flags)&guarded != 0)
 	old := in.d.Flags & format.InodeAttrFlags
 	if (old^flags)&guarded != 0 && !cr.immut {
 		return ErrFlagPerm

@@ -545,7 +545,7 @@ func (in *Inode) goalLocked(fb uint64) Blk {
 
 // load builds the DRAM inodes from what recovery.Mount decoded: the
 // inode table, directory indexes, embedding tables and open sessions.
-func (fs *FS) load(st *recovery.State) error {
+func (fs *FS) load(st *recovery.State) {
 	for _, r := range st.Inodes {
 		in := &Inode{fs: fs, Ino: r.Ino, d: r.D, typ: r.D.Mode & format.ModeType, exts: r.Exts, ovf: r.Ovf,
 			xattrs: r.Xattrs, xattrBlocks: r.XattrBlocks, refs: r.Refs, parent: r.Parent}
@@ -559,7 +559,6 @@ func (fs *FS) load(st *recovery.State) error {
 			fs.loadDir(in, r.Entries)
 		}
 	}
-	return nil
 }
 
 // freeSessionBlocks adds an open session's log regions to a change's
@@ -595,7 +594,13 @@ func (fs *FS) putBackIno(ino Ino) {
 func (fs *FS) freeInode(in *Inode) error {
 	fs.freeing.Add(1) // WaitForgets waits until the blocks are back
 	defer fs.freeing.Add(-1)
-	l, _ := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	// lockData fails only when the caller's context ends while it waits
+	// and the caller is dying; with no caller it waits as long as it
+	// takes, so this error is never seen (were it, l would be nil).
+	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	if err != nil {
+		return err
+	}
 	defer in.locks.Release(l)
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -311,9 +311,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs.wb, _ = m.(pmem.WritebackErrors)
 	fs.initWarm(opts)
 	fs.findWarm()
-	if err := fs.load(st); err != nil {
-		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
-	}
+	fs.load(st)
 	for _, ino := range st.Misnamed {
 		// Named yet "unlinked": the count is wrong, not the file gone.
 		// Freeing it would leave dangling entries.
