@@ -29,6 +29,19 @@ func openTestPoolWith(t testing.TB, size int64, opts Options) (*FS, pmem.Medium)
 	return openCheckedPool(t, m, opts), m
 }
 
+// openImage opens the pool on a crash image (a Recorder over img),
+// closed and checked at cleanup.
+func openImage(t testing.TB, img []byte, opts Options) (*FS, *MountReport, error) {
+	t.Helper()
+	m := pmem.NewRecorder(img)
+	pmemtest.Check(t, m)
+	fs, rep, err := Open(m, opts)
+	if err == nil {
+		t.Cleanup(func() { _ = fs.Close() })
+	}
+	return fs, rep, err
+}
+
 // openCheckedPool formats m and opens the pool on it, closed at cleanup.
 // The caller registers m for checking (pmemtest.Check) first.
 func openCheckedPool(t testing.TB, m pmem.Medium, opts Options) *FS {
@@ -107,7 +120,7 @@ func TestTmpfileLifetime(t *testing.T) {
 		t.Error("a tmpfile is in the directory")
 	}
 	// A crash now leaves an orphan that the next mount frees.
-	crashed := pmem.NewMemory(m.Size())
+	crashed := pmemtest.NewMemory(t, m.Size())
 	copy(crashed.Bytes(), m.Bytes())
 	if err := fs.Released(tmp); err != nil {
 		t.Fatal(err)

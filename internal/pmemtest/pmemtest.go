@@ -35,13 +35,19 @@ func Check(t testing.TB, m pmem.Medium) {
 		if t.Skipped() {
 			return // possibly before the pool was made
 		}
-		rep, err := recovery.Check(m)
-		if err != nil {
-			t.Errorf("recovery.Check of the test pool: %v", err)
-			return
-		}
-		for _, p := range rep.Problems {
-			t.Errorf("recovery.Check of the test pool: %v", p)
-		}
+		CheckNow(t, m)
 	})
+}
+
+// CheckNow runs recovery.Check on m and fails t for every problem found.
+func CheckNow(t testing.TB, m pmem.Medium) {
+	t.Helper()
+	rep, err := recovery.Check(m)
+	if err != nil {
+		t.Errorf("recovery.Check of the test pool: %v", err)
+		return
+	}
+	for _, p := range rep.Problems {
+		t.Errorf("recovery.Check of the test pool: %v", p)
+	}
 }
