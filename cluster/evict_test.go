@@ -14,7 +14,7 @@ import (
 	"github.com/dnnfs/dnnfs/cluster/objstore"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 	"github.com/dnnfs/dnnfs/tests/clusterenv"
 )
 
@@ -84,14 +84,7 @@ func evictNode(t *testing.T) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	m := pmem.NewMemory(32 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _ := pooltest.MustOpen(t, pooltest.Options{Size: 32 << 20})
 	return &Node{log: zap.NewNop(), ns: ns, p: p, files: map[core.Ino]*file{}, byID: map[namespace.FileID]*file{},
 		ev: newEvictor(), cache: newMemCache(1 << 20)}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/dnnfs/dnnfs/client"
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 )
 
 // nodeInterfaces is every optional node interface go-fuse dispatches on.
@@ -91,14 +91,7 @@ func TestNodeInterfaces(t *testing.T) {
 
 // TestNewNodeKind checks that each inode kind gets its node type.
 func TestNewNodeKind(t *testing.T) {
-	m := pmem.NewMemory(64 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _ := pooltest.MustOpen(t, pooltest.Options{Size: 64 << 20})
 	defer p.Close()
 	opts := &Options{}
 	for _, tc := range []struct {
