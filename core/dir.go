@@ -528,6 +528,23 @@ func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags 
 // RenameWhiteout leaves (as overlayfs asks of its upper layer): made in
 // the rename's transaction, so no crash shows the name missing.
 func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName string, flags uint32) error {
+	if err := checkRename(name, newName, flags); err != nil {
+		return err
+	}
+	fs.nsMu.Lock()
+	defer fs.nsMu.Unlock()
+	ls := lockSet{}
+	defer ls.unlock()
+	r := &renameOp{src: src, dst: dst, name: name, newName: newName, flags: flags}
+	if noop, err := fs.resolveRenameLocked(r, ls); noop || err != nil {
+		return err
+	}
+	return fs.commitRenameLocked(r, cl)
+}
+
+// checkRename refuses what no rename may ask: unknown or conflicting
+// flags, a bad new name, an old name too long to exist.
+func checkRename(name, newName string, flags uint32) error {
 	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 || flags&RenameExchange != 0 && flags != RenameExchange {
 		return ErrInvalid
 	}
@@ -537,166 +554,237 @@ func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName s
 	if len(name) > format.MaxNameLen {
 		return ErrNameTooLong
 	}
-	fs.nsMu.Lock()
-	defer fs.nsMu.Unlock()
-	// Several Inode.mu at once: safe under nsMu (DESIGN.md §Lock order).
-	locked := map[*Inode]bool{}
-	lock := func(in *Inode) {
-		if in != nil && !locked[in] {
-			in.mu.Lock()
-			locked[in] = true
-		}
+	return nil
+}
+
+// lockSet holds several Inode.mu at once, each once: safe only under
+// FS.nsMu (DESIGN.md §Lock order).
+type lockSet map[*Inode]bool
+
+// lock takes in.mu unless held already (or in is nil).
+func (ls lockSet) lock(in *Inode) {
+	if in == nil || ls[in] {
+		return
 	}
-	defer func() {
-		for in := range locked {
-			in.mu.Unlock()
-		}
-	}()
-	lock(src)
-	lock(dst)
+	in.mu.Lock()
+	ls[in] = true
+}
+
+func (ls lockSet) unlock() {
+	for in := range ls {
+		in.mu.Unlock()
+	}
+}
+
+// renameOp is one rename between its checks and its commit.
+type renameOp struct {
+	src, dst      *Inode
+	name, newName string
+	flags         uint32
+	mover, target *Inode   // what name and newName name (target nil if nothing)
+	me, te        dirEntry // their entries
+	exists        bool     // newName exists
+}
+
+// resolveRenameLocked looks both names up, locks the inodes concerned
+// and checks the rename may happen (may_delete, may_create, types,
+// emptiness). noop: the names are two links to one file.
+// Precondition: FS.nsMu is held.
+func (fs *FS) resolveRenameLocked(r *renameOp, ls lockSet) (noop bool, err error) {
+	src, dst := r.src, r.dst
+	ls.lock(src)
+	ls.lock(dst)
 	if src.dir == nil || dst.dir == nil {
-		return ErrNotDir
+		return false, ErrNotDir
 	}
 	if dst.d.Nlink == 0 {
-		return ErrNotFound
+		return false, ErrNotFound
 	}
-	mover, me, ok := fs.lookupLocked(src, name)
-	if !ok || mover == nil {
-		return ErrNotFound
+	var ok bool
+	if r.mover, r.me, ok = fs.lookupLocked(src, r.name); !ok || r.mover == nil {
+		return false, ErrNotFound
 	}
-	target, te, exists := fs.lookupLocked(dst, newName)
-	lock(mover)
-	lock(target)
-	if mover.IsDir() && fs.isAncestor(mover, dst) {
+	r.target, r.te, r.exists = fs.lookupLocked(dst, r.newName)
+	ls.lock(r.mover)
+	ls.lock(r.target)
+	if err := fs.checkRenameNamesLocked(r); err != nil {
+		return false, err
+	}
+	if r.exists && r.target == r.mover {
+		return true, nil // two links to one file: nothing to do
+	}
+	return false, r.checkRenameInodesLocked()
+}
+
+// checkRenameNamesLocked refuses a rename by what the names are: a
+// directory into itself, a missing target to exchange, an existing one
+// not to replace.
+// Precondition: FS.nsMu and the Inode.mu of r's inodes are held.
+func (fs *FS) checkRenameNamesLocked(r *renameOp) error {
+	if r.mover.IsDir() && fs.isAncestor(r.mover, r.dst) {
 		return ErrInvalid
 	}
-	if exists && target.IsDir() && fs.isAncestor(target, src) && flags&RenameExchange != 0 {
+	if r.exists && r.target.IsDir() && fs.isAncestor(r.target, r.src) && r.flags&RenameExchange != 0 {
 		return ErrInvalid
 	}
-	if flags&RenameExchange != 0 && !exists {
+	if r.flags&RenameExchange != 0 && !r.exists {
 		return ErrNotFound
 	}
-	if flags&RenameNoReplace != 0 && exists {
+	if r.flags&RenameNoReplace != 0 && r.exists {
 		return ErrExist
 	}
-	if exists && target == mover {
-		return nil // two links to one file: nothing to do
-	}
-	// may_delete for the names that go (or change), may_create for a new one.
-	for _, in := range []*Inode{src, mover} {
+	return nil
+}
+
+// checkRenameInodesLocked is may_delete for the names that go (or
+// change) and may_create for a new one, then the type rules of a
+// replacing rename.
+// Precondition: the Inode.mu of r's inodes are held.
+func (r *renameOp) checkRenameInodesLocked() error {
+	for _, in := range []*Inode{r.src, r.mover} {
 		if err := in.checkRemoveLocked(); err != nil {
 			return err
 		}
 	}
-	if exists {
-		for _, in := range []*Inode{dst, target} {
+	if r.exists {
+		for _, in := range []*Inode{r.dst, r.target} {
 			if err := in.checkRemoveLocked(); err != nil {
 				return err
 			}
 		}
-	} else if err := dst.checkChangeLocked(); err != nil {
+	} else if err := r.dst.checkChangeLocked(); err != nil {
 		return err
 	}
-	if exists && flags&RenameExchange == 0 {
+	if r.exists && r.flags&RenameExchange == 0 {
 		switch {
-		case mover.IsDir() && !target.IsDir():
+		case r.mover.IsDir() && !r.target.IsDir():
 			return ErrNotDir
-		case !mover.IsDir() && target.IsDir():
+		case !r.mover.IsDir() && r.target.IsDir():
 			return ErrIsDir
-		case target.IsDir() && len(target.dir.names) > 0:
+		case r.target.IsDir() && len(r.target.dir.names) > 0:
 			return ErrNotEmpty
 		}
 	}
+	return nil
+}
+
+// renameStage is what staging a rename changes: the directories' next
+// inodes (dd is &sd when src is dst), and their subdirectory counts.
+type renameStage struct {
+	sd, dstD         format.Inode
+	dd               *format.Inode
+	nsubSrc, nsubDst int
+	wo               *Inode // the whiteout RenameWhiteout leaves
+}
+
+// commitRenameLocked stages the entries and inodes a resolved rename
+// changes, commits them and publishes the DRAM side.
+// Precondition: FS.nsMu and the Inode.mu of r's inodes are held.
+func (fs *FS) commitRenameLocked(r *renameOp, cl Caller) error {
 	now := time.Now().UnixNano()
 	c := fs.begin()
-	sd := src.d
-	sd.Mtime, sd.Ctime = now, now
-	dd := &sd
-	var dstD format.Inode
-	if dst != src {
-		dstD = dst.d
-		dstD.Mtime, dstD.Ctime = now, now
-		dd = &dstD
+	st := &renameStage{sd: r.src.d}
+	st.sd.Mtime, st.sd.Ctime = now, now
+	st.dd = &st.sd
+	if r.dst != r.src {
+		st.dstD = r.dst.d
+		st.dstD.Mtime, st.dstD.Ctime = now, now
+		st.dd = &st.dstD
 	}
-	md := mover.d
+	md := r.mover.d
 	md.Ctime = now
-	var nsubSrc, nsubDst int
-	var wo *Inode // the whiteout RenameWhiteout leaves
-	if flags&RenameExchange != 0 {
-		c.replaceEntryLocked(src, name, target.Ino, te.typ)
-		c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
-		td := target.d
-		td.Ctime = now
-		if src != dst && mover.IsDir() != target.IsDir() {
-			if mover.IsDir() { // a directory moves src -> dst, a file the other way
-				sd.Nlink--
-				dd.Nlink++
-				nsubSrc, nsubDst = -1, 1
-			} else {
-				sd.Nlink++
-				dd.Nlink--
-				nsubSrc, nsubDst = 1, -1
-			}
-		}
-		c.putInode(target, td)
-		c.after = append(c.after, func() {
-			if mover.IsDir() {
-				mover.parent = dst.Ino
-			}
-			if target.IsDir() {
-				target.parent = src.Ino
-			}
-		})
-	} else {
-		if exists {
-			c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
-			td := target.d
-			if target.IsDir() {
-				dd.Nlink--
-				nsubDst--
-			}
-			c.stageDropLinkLocked(target, &td, now)
-		} else if err := c.addEntryLocked(dst, dd, newName, mover.Ino, me.typ); err != nil {
-			c.abort()
-			return err
-		}
-		if flags&RenameWhiteout != 0 {
-			var err error
-			if wo, err = fs.stageWhiteoutLocked(c, src, name, cl); err != nil {
-				c.abort()
-				return err
-			}
-		} else {
-			c.removeEntryLocked(src, name)
-		}
-		if mover.IsDir() && src != dst {
-			sd.Nlink--
-			dd.Nlink++
-			nsubSrc--
-			nsubDst++
-		}
-		if mover.IsDir() {
-			c.after = append(c.after, func() { mover.parent = dst.Ino })
-		}
+	if r.flags&RenameExchange != 0 {
+		c.stageExchangeLocked(r, st, now)
+	} else if err := fs.stageMoveLocked(c, r, st, cl, now); err != nil {
+		c.abort()
+		return err
 	}
-	c.putInode(mover, md)
-	c.putInode(src, sd)
-	if dst != src {
-		c.putInode(dst, dstD)
+	c.putInode(r.mover, md)
+	c.putInode(r.src, st.sd)
+	if r.dst != r.src {
+		c.putInode(r.dst, st.dstD)
 	}
 	if err := c.commit(); err != nil {
-		if wo != nil {
-			fs.putBackIno(wo.Ino)
+		if st.wo != nil {
+			fs.putBackIno(st.wo.Ino)
 		}
 		return err
 	}
-	if wo != nil {
+	if st.wo != nil {
 		fs.imu.Lock()
-		fs.inodes[wo.Ino] = wo
+		fs.inodes[st.wo.Ino] = st.wo
 		fs.imu.Unlock()
 	}
-	src.dir.nsub = uint32(int(src.dir.nsub) + nsubSrc)
-	dst.dir.nsub = uint32(int(dst.dir.nsub) + nsubDst)
+	r.src.dir.nsub = uint32(int(r.src.dir.nsub) + st.nsubSrc)
+	r.dst.dir.nsub = uint32(int(r.dst.dir.nsub) + st.nsubDst)
+	return nil
+}
+
+// stageExchangeLocked stages RenameExchange: the two entries swap
+// inodes, and a directory swapped for a file moves a link count.
+// Precondition: the Inode.mu of r's inodes are held.
+func (c *change) stageExchangeLocked(r *renameOp, st *renameStage, now int64) {
+	mover, target := r.mover, r.target
+	c.replaceEntryLocked(r.src, r.name, target.Ino, r.te.typ)
+	c.replaceEntryLocked(r.dst, r.newName, mover.Ino, r.me.typ)
+	td := target.d
+	td.Ctime = now
+	if r.src != r.dst && mover.IsDir() != target.IsDir() {
+		if mover.IsDir() { // a directory moves src -> dst, a file the other way
+			st.sd.Nlink--
+			st.dd.Nlink++
+			st.nsubSrc, st.nsubDst = -1, 1
+		} else {
+			st.sd.Nlink++
+			st.dd.Nlink--
+			st.nsubSrc, st.nsubDst = 1, -1
+		}
+	}
+	c.putInode(target, td)
+	src, dst := r.src, r.dst
+	c.after = append(c.after, func() {
+		if mover.IsDir() {
+			mover.parent = dst.Ino
+		}
+		if target.IsDir() {
+			target.parent = src.Ino
+		}
+	})
+}
+
+// stageMoveLocked stages a plain rename: newName names the mover (the
+// target, if any, loses that link), and name goes or becomes a whiteout.
+// Precondition: the Inode.mu of r's inodes are held.
+func (fs *FS) stageMoveLocked(c *change, r *renameOp, st *renameStage, cl Caller, now int64) error {
+	mover, dst := r.mover, r.dst
+	if r.exists {
+		c.replaceEntryLocked(dst, r.newName, mover.Ino, r.me.typ)
+		td := r.target.d
+		if r.target.IsDir() {
+			st.dd.Nlink--
+			st.nsubDst--
+		}
+		c.stageDropLinkLocked(r.target, &td, now)
+	} else if err := c.addEntryLocked(dst, st.dd, r.newName, mover.Ino, r.me.typ); err != nil {
+		return err
+	}
+	if r.flags&RenameWhiteout != 0 {
+		var err error
+		if st.wo, err = fs.stageWhiteoutLocked(c, r.src, r.name, cl); err != nil {
+			return err
+		}
+	} else {
+		c.removeEntryLocked(r.src, r.name)
+	}
+	if mover.IsDir() && r.src != dst {
+		st.sd.Nlink--
+		st.dd.Nlink++
+		st.nsubSrc--
+		st.nsubDst++
+	}
+	if mover.IsDir() {
+		c.after = append(c.after, func() { mover.parent = dst.Ino })
+	}
 	return nil
 }
 
