@@ -23,7 +23,7 @@ func walk(exts []format.Extent, off, n int64, fn func(pool int64, pos, l int)) {
 	for n > 0 {
 		fb := uint64(off) / bs
 		inBlk := off % bs
-		phys, run, ok := lookup(exts, fb)
+		phys, run, ok := format.MapBlock(exts, fb)
 		var l int64
 		if run == 0 { // no extent at or after fb
 			l = n
@@ -39,11 +39,6 @@ func walk(exts []format.Extent, off, n int64, fn func(pool int64, pos, l int)) {
 		n -= l
 		pos += int(l)
 	}
-}
-
-func lookup(exts []format.Extent, fb uint64) (Blk, uint64, bool) {
-	in := Inode{exts: exts}
-	return in.lookupLocked(fb)
 }
 
 // ReadData is the result of Read: slices of the pool mapping (holes as
