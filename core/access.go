@@ -15,10 +15,6 @@ import (
 	"github.com/dnnfs/dnnfs/lock"
 )
 
-// ErrInterrupted: a lock wait was abandoned because the caller is dying
-// (a fatal signal is pending). The FUSE layer answers EINTR.
-var ErrInterrupted = errors.New("interrupted")
-
 // LockMode selects the concurrency control of file data.
 type LockMode int
 

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 
@@ -227,10 +226,6 @@ func (fs *FS) freeIfUnused(in *Inode) error {
 	}
 	return nil
 }
-
-// ErrNoSuchOffset is lseek's ENXIO: SEEK_DATA or SEEK_HOLE at or past the
-// end of the file, or SEEK_DATA with no data after the offset.
-var ErrNoSuchOffset = errors.New("no data or hole at or after the offset")
 
 // SeekData answers lseek(2) SEEK_DATA (hole false) and SEEK_HOLE (hole
 // true) from the extent map, at block granularity as ext4 and tmpfs do:

@@ -18,34 +18,6 @@ import (
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
-// Errors the file system operations return. The FUSE layer maps them to
-// errno values; nothing below fs/ speaks syscall.Errno.
-var (
-	ErrNotFound    = errors.New("no such file or directory")
-	ErrExist       = errors.New("file exists")
-	ErrNotEmpty    = errors.New("directory not empty")
-	ErrIsDir       = errors.New("is a directory")
-	ErrNotDir      = errors.New("not a directory")
-	ErrNameTooLong = errors.New("file name too long")
-	ErrNoSpace     = errors.New("no space left in the pool")
-	ErrInvalid     = errors.New("invalid argument")
-	ErrNoAttr      = errors.New("no such attribute")
-	ErrRange       = errors.New("buffer too small")
-	ErrTooBig      = errors.New("file too large")
-	ErrNotSupp     = errors.New("operation not supported")
-	ErrNotPool     = format.ErrNotPool
-	ErrPerm        = errors.New("operation not permitted")
-	ErrLoop        = errors.New("too many links")
-	// ErrIO: the medium failed to store or make bytes durable (a failed
-	// write, fallocate, flush or fence).
-	ErrIO = errors.New("input/output error: the pool medium failed to persist data")
-)
-
-// ioErr wraps a medium failure as ErrIO, keeping its text.
-func ioErr(what string, err error) error {
-	return fmt.Errorf("%w: %s: %v", ErrIO, what, err)
-}
-
 // Ino etc. re-exported for callers.
 type (
 	Ino = format.Ino

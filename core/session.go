@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -13,9 +12,6 @@ import (
 	"github.com/dnnfs/dnnfs/journal/seglog"
 	"github.com/dnnfs/dnnfs/lock"
 )
-
-// ErrBusy: a session is already open on the file.
-var ErrBusy = errors.New("a segmented-I/O session is already open on the file")
 
 // DefaultTailInterval is how much progress a segment makes between two
 // persisted Tail_ptr updates: a crash redoes at most this much per thread.

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -19,10 +18,6 @@ import (
 // the descriptor header's length and file size (format.TableHeader),
 // which it needs to account for the blocks and the inode's size. What the
 // entries mean, and whether they are valid, is the extension's business.
-
-// ErrTable: the operation does not apply to an embedding table (its data
-// lives on the SSD tier; its size is fixed by rows x dim x dtype).
-var ErrTable = errors.New("not possible on an embedding table")
 
 // ExtKind names the extension an inode's descriptor belongs to. On the
 // medium it is the inode's flag (format.InodeTable).

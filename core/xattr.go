@@ -1,16 +1,11 @@
 package core
 
 import (
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 )
-
-// ErrValueTooBig: an xattr value over format.XAMaxValue (65536) bytes, the
-// kernel's own limit (E2BIG).
-var ErrValueTooBig = errors.New("xattr value too large")
 
 // maxXattrList is the kernel's XATTR_LIST_MAX: listxattr cannot return
 // more, so setxattr refuses a new name that would make the list longer.
