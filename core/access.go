@@ -315,9 +315,10 @@ func (fs *FS) LockTotals() LockTotals {
 	return t
 }
 
-// retireLocksLocked keeps a freed inode's lock counters (fs.imu held, in
-// just removed from fs.inodes; the lock.File mutex Snapshot takes is a
-// leaf, so taking it under fs.imu orders nothing new).
+// retireLocksLocked keeps a freed inode's lock counters (in just removed
+// from fs.inodes; the lock.File mutex Snapshot takes is a leaf, so taking
+// it under fs.imu orders nothing new).
+// Precondition: fs.imu is held.
 func (fs *FS) retireLocksLocked(in *Inode) {
 	_, _, st := in.locks.Snapshot()
 	addLockStats(&fs.retired, st)

@@ -98,6 +98,7 @@ func (c *change) allocBlocks(goal Blk, n uint64) ([]format.Extent, error) {
 // their neighbours) and returns them as extents; zero makes them read as
 // zeros (fallocate, sessions), otherwise the caller overwrites them.
 // unwritten marks them so (fallocate: zeros that are not data).
+// Precondition: in.mu is held.
 func (c *change) fillHolesLocked(in *Inode, holes []format.Extent, zero, unwritten bool) ([]format.Extent, error) {
 	var added []format.Extent
 	for _, h := range holes {
@@ -179,6 +180,7 @@ func (c *change) putInode(in *Inode, d format.Inode) {
 // absorbExtentsLocked stages in's current extent list into d. The blocks
 // it may need for the list are metadata: the reserve is there for them
 // (DESIGN.md §Metadata reserve).
+// Precondition: in.mu is held.
 func (c *change) absorbExtentsLocked(in *Inode, d *format.Inode) error {
 	saved := c.freeing
 	c.freeing = true
@@ -191,6 +193,7 @@ func (c *change) absorbExtentsLocked(in *Inode, d *format.Inode) error {
 // transaction never maps blocks whose bytes are not durable (README,
 // Durability contract, rule 5). It fails when that data failed to
 // persist and is still part of exts, the list being committed.
+// Precondition: in.mu is held.
 func (c *change) absorbLocked(in *Inode, exts []format.Extent) error {
 	if !in.metaDirty || slices.Contains(c.absorbed, in) {
 		return nil
@@ -267,6 +270,7 @@ func (in *Inode) notePendingLocked() {
 // putExtentsLocked stages a new extent list for in into d (inline part)
 // and overflow blocks (format.EncodeExtents), writing only overflow
 // blocks whose bytes change.
+// Precondition: in.mu is held.
 func (c *change) putExtentsLocked(in *Inode, d *format.Inode, exts []format.Extent) error {
 	if err := c.absorbLocked(in, exts); err != nil {
 		return err

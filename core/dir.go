@@ -60,6 +60,7 @@ func checkName(name string) error {
 }
 
 // addEntryLocked stages a new entry in dir (whose staged inode is nd).
+// Precondition: dir.mu is held.
 func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino Ino, typ uint8) error {
 	x := dir.dir
 	s := x.freeHint
@@ -123,6 +124,7 @@ func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino I
 }
 
 // removeEntryLocked stages the removal of name from dir.
+// Precondition: dir.mu is held.
 func (c *change) removeEntryLocked(dir *Inode, name string) {
 	x := dir.dir
 	e := x.names[name]
@@ -136,6 +138,7 @@ func (c *change) removeEntryLocked(dir *Inode, name string) {
 }
 
 // replaceEntryLocked stages name in dir pointing at ino instead.
+// Precondition: dir.mu is held.
 func (c *change) replaceEntryLocked(dir *Inode, name string, ino Ino, typ uint8) {
 	x := dir.dir
 	e := x.names[name]
@@ -148,6 +151,9 @@ func (c *change) replaceEntryLocked(dir *Inode, name string, ino Ino, typ uint8)
 	c.undo = append(c.undo, func() { x.names[name] = e })
 }
 
+// lookupLocked finds name in directory dir: its inode (nil if not live)
+// and entry.
+// Precondition: dir.mu is held.
 func (fs *FS) lookupLocked(dir *Inode, name string) (*Inode, dirEntry, bool) {
 	e, ok := dir.dir.names[name]
 	if !ok {
@@ -289,7 +295,8 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 // newInodeLocked takes an inode number for a new child of dir and
 // returns its first persistent state (one link) and the ACLs it inherits:
 // setgid directories pass their group on (and, to subdirectories, the
-// bit), a default ACL its entries (inheritACLLocked). dir.mu is held.
+// bit), a default ACL its entries (inheritACLLocked).
+// Precondition: dir.mu is held.
 func (fs *FS) newInodeLocked(dir *Inode, ni NewInode) (Ino, format.Inode, []format.Xattr, error) {
 	if dir.d.Mode&0o2000 != 0 {
 		ni.GID = dir.d.GID
@@ -311,6 +318,7 @@ func (fs *FS) newInodeLocked(dir *Inode, ni NewInode) (Ino, format.Inode, []form
 // stageDropLinkLocked stages one fewer link to child: freed now if no
 // links, opens or kernel references remain, else kept (an orphan, on the
 // persistent orphan set, until the last of them goes; see FreeIfUnused).
+// Precondition: child.mu is held.
 func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) (freed bool) {
 	if nd.Nlink > 0 {
 		nd.Nlink--
@@ -792,6 +800,7 @@ func (fs *FS) stageMoveLocked(c *change, r *renameOp, st *renameStage, cl Caller
 // mode 0 owned by cl, in place of dir's entry name (the kernel's
 // WHITEOUT_MODE and WHITEOUT_DEV), and returns its inode, to be published
 // once the change commits (or its number put back if it does not).
+// Precondition: dir.mu is held.
 func (fs *FS) stageWhiteoutLocked(c *change, dir *Inode, name string, cl Caller) (*Inode, error) {
 	uid, gid := cl.fsIDs() // a rename request may carry no ids (NoID)
 	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: uid, GID: gid})

@@ -202,6 +202,7 @@ func (fs *FS) LogLost(lost []LostRange) { fs.logLost(lost, true) }
 
 // logLostLocked is LogLost for a caller holding an inode lock: the
 // message names the inode, not its path.
+// Precondition: the caller may hold any Inode.mu (nothing here locks an inode).
 func (fs *FS) logLostLocked(lost []LostRange) { fs.logLost(lost, false) }
 
 func (fs *FS) logLost(lost []LostRange, withPath bool) {

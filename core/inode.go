@@ -190,6 +190,7 @@ func (fs *FS) freeInode(in *Inode) error {
 // it owns: blocks, session logs, table descriptor. The slot is free in
 // DRAM before the blocks are (after funcs run first), so statfs never
 // shows the space back with the inode in use.
+// Precondition: in.mu is held.
 func (c *change) stageFreeInodeLocked(in *Inode) {
 	fs := c.fs
 	var zero [format.InodeSize]byte

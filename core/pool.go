@@ -31,15 +31,15 @@ type FS struct {
 	j   *journal.Journal
 	log *zap.Logger
 
-	nsMu sync.Mutex
+	nsMu sync.Mutex // namespace changes, one at a time; above every Inode.mu (DESIGN.md §Lock order)
 
-	imu     sync.Mutex
+	imu     sync.Mutex // guards inodes, freeIno and retired (genSeq changes under it and nsMu); under Inode.mu
 	inodes  map[Ino]*Inode
 	freeIno []Ino // free slots, lowest last (popped first)
 	genSeq  uint64
 
-	alloc   *alloc.Map
-	reserve uint64               // blocks only space-freeing changes may take (DESIGN.md §Metadata reserve)           // free blocks, rebuilt at every mount by recovery.Mount; never on media
+	alloc   *alloc.Map           // free blocks, rebuilt at every mount by recovery.Mount; never on media
+	reserve uint64               // blocks only space-freeing changes may take (DESIGN.md §Metadata reserve)
 	zero    []byte               // read-only zeros served for holes
 	wb      pmem.WritebackErrors // the medium's, or nil
 
@@ -48,11 +48,11 @@ type FS struct {
 	tgids        tgidCache
 	tailInterval uint64
 
-	tierMu   sync.Mutex // leaf: the SSD-tier registry block (UpdateRegistry)
+	tierMu   sync.Mutex // the SSD-tier registry block (UpdateRegistry); taken with no other core lock, journal and alloc locks under it (DESIGN.md §Lock order)
 	extFreed ExtFreed   // see SetExtFreed
 
 	// Delayed commit (commit.go): inodes with writes not committed yet.
-	pmu            sync.Mutex // leaf
+	pmu            sync.Mutex // guards pending; taken with Inode.mu held, nothing under it (DESIGN.md §Lock order)
 	pending        map[*Inode]struct{}
 	commitInterval time.Duration
 	commitStop     chan struct{}

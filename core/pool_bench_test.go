@@ -128,7 +128,8 @@ func benchFill(b *testing.B, n int, prep func(fs *FS, in *Inode, size uint64) er
 }
 
 // BenchmarkFill: writes into a truncated (sparse) file and into a
-// fallocated one (issue #14: fallocated files no slower than sparse ones).
+// fallocated one: a fallocated file must be no slower to fill than a
+// sparse one (DESIGN.md §The FUSE data path, §Delayed commit).
 func BenchmarkFill(b *testing.B) {
 	for _, sz := range benchSizes {
 		b.Run("sparse/"+sz.name, func(b *testing.B) {

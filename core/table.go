@@ -196,6 +196,8 @@ func (fs *FS) Registry() []byte {
 	return fs.registryLocked()
 }
 
+// registryLocked is Registry.
+// Precondition: fs.tierMu is held.
 func (fs *FS) registryLocked() []byte {
 	if fs.sb.Tier == 0 {
 		return nil

@@ -307,6 +307,7 @@ func (in *Inode) growLocked(w *writePlan) {
 // writes leave to us: setuid/setgid for a caller without CAP_FSETID, and
 // file capabilities (security.capability) for any writer. c is the
 // write's change, or nil.
+// Precondition: in.mu is held.
 func (fs *FS) killPrivsLocked(in *Inode, c *change, cr cred, now int64) (killed bool, err error) {
 	nd := in.d
 	nd.Mode = cr.afterData(in.d.Mode, in.d.GID)
@@ -347,6 +348,7 @@ func clampWrite(off int64, data []byte) ([]byte, error) {
 // zeroTailLocked clears [from, to) within the block holding from, if that
 // block is mapped: bytes past the old end of file must read as zeros once
 // the file grows over them.
+// Precondition: in.mu is held.
 func (fs *FS) zeroTailLocked(in *Inode, from, to int64) error {
 	if from%bs == 0 {
 		return nil

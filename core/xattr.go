@@ -93,12 +93,14 @@ func (fs *FS) Removexattr(in *Inode, name string) error {
 
 // putXattrsLocked rewrites the inode's xattr region through the journal,
 // moving it to a new run of blocks when its length changes.
+// Precondition: in.mu is held.
 func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
 	return fs.putXattrsInodeLocked(in, xs, in.d)
 }
 
 // putXattrsInodeLocked commits xs as the inode's xattrs and nd (with a
 // new ctime) as its inode in one transaction.
+// Precondition: in.mu is held.
 func (fs *FS) putXattrsInodeLocked(in *Inode, xs []format.Xattr, nd format.Inode) error {
 	c := fs.begin()
 	nd.Ctime = time.Now().UnixNano()
@@ -112,6 +114,7 @@ func (fs *FS) putXattrsInodeLocked(in *Inode, xs []format.Xattr, nd format.Inode
 
 // stageXattrsLocked stages xs as the xattr region of in, whose inode
 // will be nd: in place when its length stays, else in new blocks.
+// Precondition: in.mu is held.
 func (c *change) stageXattrsLocked(in *Inode, nd *format.Inode, xs []format.Xattr) error {
 	nb := uint64(format.XattrBlocks(xs))
 	if nb == 0 {
