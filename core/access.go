@@ -134,6 +134,24 @@ func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole 
 	return l, nil
 }
 
+// lockWhole takes in's whole-file lock, exclusive, and then in.mu (the
+// order of DESIGN.md §Lock order), as a change of the file's size or
+// layout by the file system itself needs; unlock releases both. lockData
+// fails only when a caller's context ends while it waits and the caller
+// is dying: with no caller it waits as long as it takes, so the error is
+// never seen, but it is not ignored.
+func (fs *FS) lockWhole(in *Inode) (unlock func(), err error) {
+	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	if err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	return func() {
+		in.mu.Unlock()
+		in.locks.Release(l)
+	}, nil
+}
+
 // fatalSignalPending reports whether thread tid is being killed: SIGKILL
 // pending for the thread or its process (a fatal default-action signal is
 // turned into SIGKILL on delivery).

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/lock"
 )
 
 // Fallocate modes (fallocate(2)).
@@ -40,13 +39,11 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 	if in.IsDir() {
 		return ErrIsDir
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	// Credentials only when the file has setuid or setgid, decided under
 	// in.mu with the change.
 	cc := callerCred{cl: cl}

@@ -167,16 +167,11 @@ func (fs *FS) putBackIno(ino Ino) {
 func (fs *FS) freeInode(in *Inode) error {
 	fs.freeing.Add(1) // WaitForgets waits until the blocks are back
 	defer fs.freeing.Add(-1)
-	// lockData fails only when the caller's context ends while it waits
-	// and the caller is dying; with no caller it waits as long as it
-	// takes, so this error is never seen (were it, l would be nil).
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	c := fs.begin()
 	c.stageFreeInodeLocked(in)
 	if err := c.commit(); err != nil {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"runtime"
 	"testing"
 
@@ -14,7 +15,7 @@ import (
 func holdWhole(t *testing.T, in *Inode, op func() error, meanwhile func()) error {
 	t.Helper()
 	l := &lock.Lock{Mode: lock.Exclusive, Start: 0, End: lock.Whole}
-	if err := in.locks.Acquire(nil, l, nil); err != nil {
+	if err := in.locks.Acquire(context.Background(), l, nil); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal/seglog"
-	"github.com/dnnfs/dnnfs/lock"
 )
 
 // DefaultTailInterval is how much progress a segment makes between two
@@ -74,13 +73,11 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	if in.sess.Load() != nil {
 		return ErrBusy
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/lock"
 )
 
 // SetAttr changes are applied when their field is non-nil.
@@ -143,13 +142,11 @@ func (fs *FS) truncate(in *Inode, size uint64, op *attrOp) error {
 		}
 		return fmt.Errorf("%w: a table's size is rows x dim x dtype size (%d bytes)", ErrTable, t.Size())
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	if op != nil {
 		op.credLocked(in)
 	}

@@ -6,7 +6,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/lock"
 )
 
 // Extension metadata: an inode may carry a descriptor that belongs to an
@@ -99,13 +98,11 @@ func (fs *FS) CreateExt(in *Inode, kind ExtKind, desc []byte) error {
 	if uint64(len(desc)) != uint64(hdr.Blocks)*uint64(bs) {
 		return fmt.Errorf("%w: descriptor of %d bytes, its header says %d blocks", ErrInvalid, len(desc), hdr.Blocks)
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	switch {
 	case in.table.Load() != nil:
 		return fmt.Errorf("%w: already a table", ErrExist)
