@@ -2,9 +2,12 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 
+	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
 )
 
@@ -71,5 +74,35 @@ func TestDataChangeKillsPrivsSetWhileWaiting(t *testing.T) {
 				t.Errorf("mode %#o: permission bits changed", m)
 			}
 		})
+	}
+}
+
+// TestWriteRefusedByFlagSetWhileWaiting: a file made immutable (or
+// append-only) while a write waits for its range lock refuses the write,
+// as if the flag had been set before it began.
+func TestWriteRefusedByFlagSetWhileWaiting(t *testing.T) {
+	fs, _ := openTestPool(t)
+	for _, c := range []struct {
+		flag uint32
+		want error
+	}{{format.InodeImmutable, ErrImmutable}, {format.InodeAppend, ErrAppendOnly}} {
+		in := mustCreate(t, fs, fmt.Sprintf("f%d", c.flag), []byte("data"))
+		err := holdWhole(t, in, func() error {
+			_, err := fs.Write(in, 0, []byte("x"), false)
+			return err
+		}, func() {
+			if err := fs.SetFileFlags(Caller{}, in, c.flag); err != nil {
+				t.Error(err)
+			}
+		})
+		if !errors.Is(err, c.want) {
+			t.Errorf("write after flags %#x were set: %v, want %v", c.flag, err, c.want)
+		}
+		if got := fileBytes(t, fs, in); string(got) != "data" {
+			t.Errorf("file reads %q after the refused write", got)
+		}
+		if err := fs.SetFileFlags(Caller{}, in, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -116,10 +116,7 @@ func (fs *FS) lockWrite(cl Caller, in *Inode, off int64, n int, appendMode bool)
 	for {
 		in.mu.Lock()
 		size := int64(in.d.Size)
-		ferr := in.checkChangeLocked()
-		if ferr == nil && in.d.Flags&format.InodeAppend != 0 && !appendMode && off < size {
-			ferr = ErrAppendOnly // only appends (the open asked for O_APPEND)
-		}
+		ferr := in.checkWriteLocked(off, appendMode)
 		in.mu.Unlock()
 		if ferr != nil {
 			return nil, ferr
@@ -142,6 +139,18 @@ func (fs *FS) lockWrite(cl Caller, in *Inode, off int64, n int, appendMode bool)
 	}
 }
 
+// checkWriteLocked refuses a write to an immutable file, or to an
+// append-only one other than at its end (the open asked for O_APPEND).
+func (in *Inode) checkWriteLocked(off int64, appendMode bool) error {
+	if err := in.checkChangeLocked(); err != nil {
+		return err
+	}
+	if in.d.Flags&format.InodeAppend != 0 && !appendMode && off < int64(in.d.Size) {
+		return ErrAppendOnly
+	}
+	return nil
+}
+
 // writePlan is a write between its planning and its publication.
 type writePlan struct {
 	off, end  int64
@@ -156,12 +165,18 @@ type writePlan struct {
 	werr      error           // clearing the old end of file failed: the write fails after the copy step aborts
 }
 
-// planWrite, under in.mu, fixes an append's offset, allocates blocks for
+// planWrite, under in.mu, checks the flags, fixes an append's offset, allocates blocks for
 // the holes the write covers and clears the bytes between the old end of
 // file and the write.
 func (fs *FS) planWrite(in *Inode, off int64, data []byte, appendMode bool) (*writePlan, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// Again, now that the write holds its range: lockWrite's check came
+	// before its wait, and a flag set meanwhile refuses the write as one
+	// set before it began.
+	if err := in.checkWriteLocked(off, appendMode); err != nil {
+		return nil, err
+	}
 	if appendMode {
 		off = int64(in.d.Size)
 		var err error
