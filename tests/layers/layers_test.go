@@ -16,30 +16,31 @@ const module = "github.com/dnnfs/dnnfs/"
 // placed here (the test fails until it is), which is the moment to decide
 // what it may depend on.
 var layer = map[string]int{
-	"format":            0,
-	"internal/units":    0,
-	"internal/kv":       1,
-	"embedding/wire":    1,
-	"pmem":              1,
-	"lock":              1,
-	"alloc":             1,
-	"cluster/objstore":  1, // everything in S3: the object store client and its codecs
-	"journal":           2,
-	"cluster/peer":      2, // the peer memory tier: chunk server, fetcher; namespace and objstore below it
-	"client":            2, // linked into training jobs: wire and internal only
-	"journal/seglog":    3,
-	"recovery":          4,
-	"core":              5,
-	"internal/pmemtest": 5, // test helper: a medium checked by recovery at cleanup
-	"internal/pooltest": 6, // test helper: a formatted, opened pool (pmemtest + core)
-	"embedding":         6,
-	"cluster":           6, // the glue of #17: pool files as cluster files (core, peer, namespace, objstore)
-	"fs":                7,
-	"internal/metrics":  7, // reads core and embedding; wraps fs's raw file system without importing it
-	"cmd/dnnfs":         8,
+	"format":           0,
+	"internal/units":   0,
+	"internal/kv":      1,
+	"embedding/wire":   1,
+	"pmem":             1,
+	"lock":             1,
+	"alloc":            1,
+	"cluster/objstore": 1, // everything in S3: the object store client and its codecs
+	"journal":          2,
+	"cluster/peer":     2, // the peer memory tier: chunk server, fetcher; namespace and objstore below it
+	"client":           2, // linked into training jobs: wire and internal only
+	"journal/seglog":   3,
+	"recovery":         4,
+	"core":             5,
+	"embedding":        6,
+	"cluster":          6, // the glue of #17: pool files as cluster files (core, peer, namespace, objstore)
+	"fs":               7,
+	"internal/metrics": 7, // reads core and embedding; wraps fs's raw file system without importing it
+	"cmd/dnnfs":        8,
 
 	"cluster/ids":       0, // the cluster's identities (node, cluster, file, version, chunk)
 	"cluster/namespace": 1, // etcd (issue #17); of ours cluster/ids only
+
+	"internal/pmemtest": 5, // test helper: a medium recovery.Check checks at cleanup
+	"internal/pooltest": 6, // test helper: a formatted, opened pool (pmemtest + core)
 }
 
 // only lists packages that must stay lighter than their layer allows.
