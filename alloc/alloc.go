@@ -11,7 +11,7 @@ import (
 // Map is the free-space map of blocks [start, total). It is safe for
 // concurrent use.
 type Map struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // guards every field below; *Locked methods expect it held
 	start  format.Blk // first data block
 	n      uint64     // data blocks
 	bits   []uint64   // 1 = used

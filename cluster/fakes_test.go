@@ -15,8 +15,7 @@ import (
 	"github.com/dnnfs/dnnfs/cluster/objstore"
 	"github.com/dnnfs/dnnfs/cluster/peer"
 	"github.com/dnnfs/dnnfs/core"
-	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/recovery"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 )
 
 // The unit tests of the file logic run a real Node on a real pool (core on
@@ -575,27 +574,7 @@ func serveObjects(t *testing.T, w *world, node namespace.NodeID) {
 // closes it and checks it (recovery.Check), as every test pool is.
 func testPool(t *testing.T) *core.FS {
 	t.Helper()
-	m := pmem.NewMemory(64 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("closing the pool: %v", err)
-		}
-		rep, err := recovery.Check(m)
-		if err != nil {
-			t.Errorf("fsck: %v", err)
-			return
-		}
-		for _, pr := range rep.Problems {
-			t.Errorf("fsck: %v", pr)
-		}
-	})
+	p, _ := pooltest.MustOpen(t, pooltest.Options{Size: 64 << 20})
 	return p
 }
 

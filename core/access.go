@@ -12,13 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/lock"
 )
-
-// ErrInterrupted: a lock wait was abandoned because the caller is dying
-// (a fatal signal is pending). The FUSE layer answers EINTR.
-var ErrInterrupted = errors.New("interrupted")
 
 // LockMode selects the concurrency control of file data.
 type LockMode int
@@ -137,6 +132,24 @@ func (fs *FS) lockData(c Caller, in *Inode, off, n int64, mode lock.Mode, whole 
 		return nil, ErrInterrupted
 	}
 	return l, nil
+}
+
+// lockWhole takes in's whole-file lock, exclusive, and then in.mu (the
+// order of DESIGN.md §Lock order), as a change of the file's size or
+// layout by the file system itself needs; unlock releases both. lockData
+// fails only when a caller's context ends while it waits and the caller
+// is dying: with no caller it waits as long as it takes, so the error is
+// never seen, but it is not ignored.
+func (fs *FS) lockWhole(in *Inode) (unlock func(), err error) {
+	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	if err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	return func() {
+		in.mu.Unlock()
+		in.locks.Release(l)
+	}, nil
 }
 
 // fatalSignalPending reports whether thread tid is being killed: SIGKILL
@@ -320,9 +333,10 @@ func (fs *FS) LockTotals() LockTotals {
 	return t
 }
 
-// retireLocksLocked keeps a freed inode's lock counters (fs.imu held, in
-// just removed from fs.inodes; the lock.File mutex Snapshot takes is a
-// leaf, so taking it under fs.imu orders nothing new).
+// retireLocksLocked keeps a freed inode's lock counters (in just removed
+// from fs.inodes; the lock.File mutex Snapshot takes is a leaf, so taking
+// it under fs.imu orders nothing new).
+// Precondition: fs.imu is held.
 func (fs *FS) retireLocksLocked(in *Inode) {
 	_, _, st := in.locks.Snapshot()
 	addLockStats(&fs.retired, st)
@@ -333,114 +347,4 @@ func addLockStats(t *lock.Stats, st lock.Stats) {
 	t.Waits += st.Waits
 	t.WaitTime += st.WaitTime
 	t.Interrupted += st.Interrupted
-}
-
-// Setuid and setgid bits and the group-execute bit they interact with.
-const (
-	modeSUID uint32 = 0o4000
-	modeSGID uint32 = 0o2000
-	modeXGRP uint32 = 0o0010
-)
-
-// cred is what the kernel's setuid/setgid rules ask about a caller.
-type cred struct {
-	fsetid bool     // CAP_FSETID in the effective set (or no process: see Caller)
-	immut  bool     // CAP_LINUX_IMMUTABLE: may set or clear immutable and append-only
-	gids   []uint32 // fsgid and supplementary groups
-}
-
-// Capability bits in /proc/PID/status CapEff.
-const (
-	capFsetid         = 1 << 4
-	capLinuxImmutable = 1 << 9
-)
-
-// cred reads the caller's capabilities and groups from /proc/TID/status;
-// nothing is cached, as a thread's credentials change at any time. The
-// kernel and internal callers (TID 0) count as privileged: they keep the
-// bits, as writeback of a shared mapping does on a local file system. A
-// thread that is gone gets no privilege, only the request's group.
-func (c Caller) cred() cred {
-	if c.TID == 0 {
-		return cred{fsetid: true, immut: true}
-	}
-	cr := cred{gids: []uint32{c.GID}}
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(c.TID), 10) + "/status")
-	if err != nil {
-		return cr
-	}
-	if v, ok := statusField(b, "CapEff:"); ok {
-		if x, err := strconv.ParseUint(v, 16, 64); err == nil {
-			cr.fsetid = x&capFsetid != 0
-			cr.immut = x&capLinuxImmutable != 0
-		}
-	}
-	if v, ok := statusField(b, "Gid:"); ok && c.GID == NoID {
-		// A request with no ids (NoID): the thread's fsgid instead.
-		if f := strings.Fields(v); len(f) == 4 {
-			if g, err := strconv.ParseUint(f[3], 10, 32); err == nil {
-				cr.gids[0] = uint32(g)
-			}
-		}
-	}
-	if v, ok := statusField(b, "Groups:"); ok {
-		for _, f := range bytes.Fields([]byte(v)) {
-			if g, err := strconv.ParseUint(string(f), 10, 32); err == nil {
-				cr.gids = append(cr.gids, uint32(g))
-			}
-		}
-	}
-	return cr
-}
-
-// statusField returns the value of a "Key:\tvalue" line of /proc status.
-func statusField(b []byte, key string) (string, bool) {
-	i := bytes.Index(b, []byte("\n"+key))
-	if i < 0 {
-		return "", false
-	}
-	line := b[i+1+len(key):]
-	if j := bytes.IndexByte(line, '\n'); j >= 0 {
-		line = line[:j]
-	}
-	return string(bytes.TrimSpace(line)), true
-}
-
-func (cr cred) inGroup(gid uint32) bool {
-	for _, g := range cr.gids {
-		if g == gid {
-			return true
-		}
-	}
-	return false
-}
-
-// afterData is mode after a write, truncate or fallocate by cr, as the
-// kernel's setattr_should_drop_suidgid decides on a local file system:
-// a regular file loses setuid, and setgid when it is group-executable
-// or cr is not in the file's group, unless cr has CAP_FSETID.
-func (cr cred) afterData(mode, gid uint32) uint32 {
-	if mode&format.ModeType != format.ModeReg || mode&(modeSUID|modeSGID) == 0 || cr.fsetid {
-		return mode
-	}
-	mode &^= modeSUID
-	if mode&modeXGRP != 0 || !cr.inGroup(gid) {
-		mode &^= modeSGID
-	}
-	return mode
-}
-
-// afterChown is mode after a chown by cr of a file whose group was gid
-// (the kernel's chown_common): a non-directory always loses setuid, and
-// setgid when it is group-executable or cr is neither in the group nor
-// has CAP_FSETID.
-func (cr cred) afterChown(mode, gid uint32) uint32 {
-	if mode&format.ModeType == format.ModeDir {
-		return mode
-	}
-	mode &^= modeSUID
-	if mode&modeXGRP != 0 || !(cr.fsetid || cr.inGroup(gid)) {
-		mode &^= modeSGID
-	}
-	return mode
 }

@@ -245,6 +245,7 @@ func (fs *FS) HasDefaultACL(dir *Inode) bool {
 // inheritACLLocked is posix_acl_create for a new inode of mode in dir
 // (dir.mu held): the mode it gets and the ACL xattrs it starts with.
 // Symlinks and directories without a default ACL inherit nothing.
+// Precondition: dir.mu is held.
 func inheritACLLocked(dir *Inode, mode uint32) (uint32, []format.Xattr) {
 	i := xattrIndex(dir.xattrs, XattrACLDefault)
 	if i < 0 || mode&format.ModeType == format.ModeLnk {
@@ -268,6 +269,7 @@ func inheritACLLocked(dir *Inode, mode uint32) (uint32, []format.Xattr) {
 
 // chmodACLLocked returns in's xattrs with the access ACL rewritten for
 // mode (posix_acl_chmod), and whether anything changed.
+// Precondition: in.mu is held.
 func chmodACLLocked(in *Inode, mode uint32) ([]format.Xattr, bool) {
 	i := xattrIndex(in.xattrs, XattrACLAccess)
 	if i < 0 || in.typ == format.ModeLnk {

@@ -66,6 +66,7 @@ func (m AtimeMode) needsAtime(d *format.Inode, now int64) bool {
 // touchAtimeLocked records an access to in. The new atime stays in DRAM
 // (timesDirty) until the next transaction of the inode, fsync or
 // unmount: a read never commits to the journal.
+// Precondition: in.mu is held.
 func (fs *FS) touchAtimeLocked(in *Inode) {
 	if fs.atime == AtimeNever || in.d.Flags&format.InodeNoAtime != 0 {
 		return

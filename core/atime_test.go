@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 )
 
 // TestNeedsAtime checks the kernel's relatime rules, the 24-hour one
@@ -46,14 +45,7 @@ func TestNeedsAtime(t *testing.T) {
 func TestReadAtime(t *testing.T) {
 	for _, mode := range []AtimeMode{AtimeRelative, AtimeNever, AtimeStrict} {
 		t.Run(mode.String(), func(t *testing.T) {
-			m := pmem.NewMemory(16 << 20)
-			if err := Format(m, 0, 0); err != nil {
-				t.Fatal(err)
-			}
-			fs, _, err := Open(m, Options{Atime: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fs, m := openTestPoolWith(t, 16<<20, Options{Atime: mode})
 			in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o644})
 			if err != nil {
 				t.Fatal(err)
@@ -84,6 +76,7 @@ func TestReadAtime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer fs.Close()
 			in2, err := fs.Lookup(fs.Root(), "f")
 			if err != nil {
 				t.Fatal(err)

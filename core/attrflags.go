@@ -13,20 +13,6 @@ import (
 // file system; a FUSE inode has none, so the checks the VFS makes for
 // ext4 or tmpfs are made here, where each operation reaches the pool.
 
-var (
-	// ErrImmutable: a change to an immutable file's data, attributes,
-	// extended attributes or names (or to the entries of an immutable
-	// directory).
-	ErrImmutable = fmt.Errorf("%w: the file is immutable", ErrPerm)
-	// ErrAppendOnly: an append-only file written other than at its end,
-	// truncated, removed or renamed (or an entry of an append-only
-	// directory removed or renamed).
-	ErrAppendOnly = fmt.Errorf("%w: the file is append-only", ErrPerm)
-	// ErrFlagPerm: setting or clearing immutable or append-only without
-	// CAP_LINUX_IMMUTABLE.
-	ErrFlagPerm = fmt.Errorf("%w: changing immutable or append-only needs CAP_LINUX_IMMUTABLE", ErrPerm)
-)
-
 // FileFlags returns in's file attributes (format.InodeAttrFlags bits).
 func (fs *FS) FileFlags(in *Inode) uint32 {
 	in.mu.Lock()
@@ -46,12 +32,12 @@ func (fs *FS) SetFileFlags(cl Caller, in *Inode, flags uint32) error {
 		return fmt.Errorf("%w: file attributes: %w", ErrNotSupp, ErrTable)
 	}
 	const guarded = format.InodeImmutable | format.InodeAppend
-	var cr cred
-	if flags&guarded != 0 || fs.FileFlags(in)&guarded != 0 {
-		cr = cl.cred() // before in.mu: it reads /proc
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// Credentials only when a guarded flag changes, decided under in.mu
+	// with the change (getLocked reads /proc with in.mu dropped).
+	cc := callerCred{cl: cl}
+	cr := cc.getLocked(in, (in.d.Flags^flags)&guarded != 0)
 	old := in.d.Flags & format.InodeAttrFlags
 	if (old^flags)&guarded != 0 && !cr.immut {
 		return ErrFlagPerm

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 )
 
 // TestFileFlagsEnforced: immutable and append-only refuse what the VFS
@@ -159,14 +159,7 @@ func TestSetFileFlagsNeedsCapability(t *testing.T) {
 // TestNoAtimeFlag: a file with the no-atime attribute keeps its access
 // time on reads, even under strictatime.
 func TestNoAtimeFlag(t *testing.T) {
-	m := pmem.NewMemory(32 << 20)
-	if err := Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{Atime: AtimeStrict})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, _ := openTestPoolWith(t, 32<<20, Options{Atime: AtimeStrict})
 	defer fs.Close()
 	f := mustCreate(t, fs, "f", []byte("data"))
 	old := time.Unix(1000, 0)
@@ -221,7 +214,7 @@ func TestRenameWhiteout(t *testing.T) {
 		}
 	}
 	check(fs, "after the rename")
-	crashed := pmem.NewMemory(m.Size())
+	crashed := pmemtest.NewMemory(t, m.Size())
 	copy(crashed.Bytes(), m.Bytes())
 	if err := fs.Close(); err != nil {
 		t.Fatal(err)

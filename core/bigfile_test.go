@@ -119,6 +119,7 @@ func TestMaxFileSize(t *testing.T) {
 	if fs, _, err = Open(m, Options{}); err != nil {
 		t.Fatal(err)
 	}
+	defer fs.Close()
 	if in, err = fs.Lookup(fs.Root(), "f"); err != nil {
 		t.Fatal(err)
 	}

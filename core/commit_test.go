@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 	"golang.org/x/sys/unix"
 )
@@ -15,22 +16,15 @@ import (
 func recPool(t *testing.T, opts Options) (*FS, *pmem.Recorder) {
 	t.Helper()
 	rec := pmem.NewRecorder(make([]byte, 8<<20))
-	if err := Format(rec, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(rec, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fs.Close() })
-	return fs, rec
+	pmemtest.Check(t, rec)
+	return openCheckedPool(t, rec, opts), rec
 }
 
 // crashView mounts the image a machine crash right now would leave and
 // returns inode ino's size and bytes there.
 func crashView(t *testing.T, rec *pmem.Recorder, ino Ino) (uint64, []byte) {
 	t.Helper()
-	cfs, _, err := Open(pmem.NewRecorder(rec.Image(rec.Fences())), Options{CommitInterval: -1})
+	cfs, _, err := openImage(t, rec.Image(rec.Fences()), Options{CommitInterval: -1})
 	if err != nil {
 		t.Fatalf("crash image: %v", err)
 	}
@@ -188,7 +182,7 @@ func TestWriteRemovesCapabilities(t *testing.T) {
 		t.Fatalf("trusted.name after a write: %q, %v", v, err)
 	}
 	// Durable with the write's transaction.
-	cfs, _, err := Open(pmem.NewRecorder(rec.Image(rec.Fences())), Options{CommitInterval: -1})
+	cfs, _, err := openImage(t, rec.Image(rec.Fences()), Options{CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +227,8 @@ func TestFallocateBacksPoolFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	pmemtest.Check(t, m)
 	if m.Kind() != pmem.Emulated {
 		t.Skipf("pool medium is %v, not emulated", m.Kind())
 	}

@@ -60,6 +60,7 @@ func checkName(name string) error {
 }
 
 // addEntryLocked stages a new entry in dir (whose staged inode is nd).
+// Precondition: dir.mu is held.
 func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino Ino, typ uint8) error {
 	x := dir.dir
 	s := x.freeHint
@@ -123,6 +124,7 @@ func (c *change) addEntryLocked(dir *Inode, nd *format.Inode, name string, ino I
 }
 
 // removeEntryLocked stages the removal of name from dir.
+// Precondition: dir.mu is held.
 func (c *change) removeEntryLocked(dir *Inode, name string) {
 	x := dir.dir
 	e := x.names[name]
@@ -136,6 +138,7 @@ func (c *change) removeEntryLocked(dir *Inode, name string) {
 }
 
 // replaceEntryLocked stages name in dir pointing at ino instead.
+// Precondition: dir.mu is held.
 func (c *change) replaceEntryLocked(dir *Inode, name string, ino Ino, typ uint8) {
 	x := dir.dir
 	e := x.names[name]
@@ -148,6 +151,9 @@ func (c *change) replaceEntryLocked(dir *Inode, name string, ino Ino, typ uint8)
 	c.undo = append(c.undo, func() { x.names[name] = e })
 }
 
+// lookupLocked finds name in directory dir: its inode (nil if not live)
+// and entry.
+// Precondition: dir.mu is held.
 func (fs *FS) lookupLocked(dir *Inode, name string) (*Inode, dirEntry, bool) {
 	e, ok := dir.dir.names[name]
 	if !ok {
@@ -289,7 +295,8 @@ func (fs *FS) Create(dir *Inode, name string, ni NewInode) (*Inode, error) {
 // newInodeLocked takes an inode number for a new child of dir and
 // returns its first persistent state (one link) and the ACLs it inherits:
 // setgid directories pass their group on (and, to subdirectories, the
-// bit), a default ACL its entries (inheritACLLocked). dir.mu is held.
+// bit), a default ACL its entries (inheritACLLocked).
+// Precondition: dir.mu is held.
 func (fs *FS) newInodeLocked(dir *Inode, ni NewInode) (Ino, format.Inode, []format.Xattr, error) {
 	if dir.d.Mode&0o2000 != 0 {
 		ni.GID = dir.d.GID
@@ -311,6 +318,7 @@ func (fs *FS) newInodeLocked(dir *Inode, ni NewInode) (Ino, format.Inode, []form
 // stageDropLinkLocked stages one fewer link to child: freed now if no
 // links, opens or kernel references remain, else kept (an orphan, on the
 // persistent orphan set, until the last of them goes; see FreeIfUnused).
+// Precondition: child.mu is held.
 func (c *change) stageDropLinkLocked(child *Inode, nd *format.Inode, now int64) (freed bool) {
 	if nd.Nlink > 0 {
 		nd.Nlink--
@@ -493,233 +501,6 @@ func (fs *FS) CreateTmpfile(dir *Inode, ni NewInode) (*Inode, error) {
 	fs.inodes[ino] = child
 	fs.imu.Unlock()
 	return child, nil
-}
-
-// Rename flags (renameat2).
-const (
-	RenameNoReplace = 1
-	RenameExchange  = 2
-	RenameWhiteout  = 4 // leave a whiteout (a 0:0 character device) at the source name
-)
-
-// isAncestorLocked reports whether a is d or an ancestor of d.
-func (fs *FS) isAncestor(a, d *Inode) bool {
-	for i := 0; i < 1<<16; i++ {
-		if d == a {
-			return true
-		}
-		if d.Ino == format.RootIno {
-			return false
-		}
-		d = fs.Inode(d.parent)
-		if d == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// Rename moves src/name to dst/newName, replacing a target atomically.
-func (fs *FS) Rename(src *Inode, name string, dst *Inode, newName string, flags uint32) error {
-	return fs.RenameAs(Caller{}, src, name, dst, newName, flags)
-}
-
-// RenameAs is Rename on behalf of a caller, who owns the whiteout that
-// RenameWhiteout leaves (as overlayfs asks of its upper layer): made in
-// the rename's transaction, so no crash shows the name missing.
-func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName string, flags uint32) error {
-	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 || flags&RenameExchange != 0 && flags != RenameExchange {
-		return ErrInvalid
-	}
-	if err := checkName(newName); err != nil {
-		return err
-	}
-	if len(name) > format.MaxNameLen {
-		return ErrNameTooLong
-	}
-	fs.nsMu.Lock()
-	defer fs.nsMu.Unlock()
-	// Several Inode.mu at once: safe under nsMu (DESIGN.md §Lock order).
-	locked := map[*Inode]bool{}
-	lock := func(in *Inode) {
-		if in != nil && !locked[in] {
-			in.mu.Lock()
-			locked[in] = true
-		}
-	}
-	defer func() {
-		for in := range locked {
-			in.mu.Unlock()
-		}
-	}()
-	lock(src)
-	lock(dst)
-	if src.dir == nil || dst.dir == nil {
-		return ErrNotDir
-	}
-	if dst.d.Nlink == 0 {
-		return ErrNotFound
-	}
-	mover, me, ok := fs.lookupLocked(src, name)
-	if !ok || mover == nil {
-		return ErrNotFound
-	}
-	target, te, exists := fs.lookupLocked(dst, newName)
-	lock(mover)
-	lock(target)
-	if mover.IsDir() && fs.isAncestor(mover, dst) {
-		return ErrInvalid
-	}
-	if exists && target.IsDir() && fs.isAncestor(target, src) && flags&RenameExchange != 0 {
-		return ErrInvalid
-	}
-	if flags&RenameExchange != 0 && !exists {
-		return ErrNotFound
-	}
-	if flags&RenameNoReplace != 0 && exists {
-		return ErrExist
-	}
-	if exists && target == mover {
-		return nil // two links to one file: nothing to do
-	}
-	// may_delete for the names that go (or change), may_create for a new one.
-	for _, in := range []*Inode{src, mover} {
-		if err := in.checkRemoveLocked(); err != nil {
-			return err
-		}
-	}
-	if exists {
-		for _, in := range []*Inode{dst, target} {
-			if err := in.checkRemoveLocked(); err != nil {
-				return err
-			}
-		}
-	} else if err := dst.checkChangeLocked(); err != nil {
-		return err
-	}
-	if exists && flags&RenameExchange == 0 {
-		switch {
-		case mover.IsDir() && !target.IsDir():
-			return ErrNotDir
-		case !mover.IsDir() && target.IsDir():
-			return ErrIsDir
-		case target.IsDir() && len(target.dir.names) > 0:
-			return ErrNotEmpty
-		}
-	}
-	now := time.Now().UnixNano()
-	c := fs.begin()
-	sd := src.d
-	sd.Mtime, sd.Ctime = now, now
-	dd := &sd
-	var dstD format.Inode
-	if dst != src {
-		dstD = dst.d
-		dstD.Mtime, dstD.Ctime = now, now
-		dd = &dstD
-	}
-	md := mover.d
-	md.Ctime = now
-	var nsubSrc, nsubDst int
-	var wo *Inode // the whiteout RenameWhiteout leaves
-	if flags&RenameExchange != 0 {
-		c.replaceEntryLocked(src, name, target.Ino, te.typ)
-		c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
-		td := target.d
-		td.Ctime = now
-		if src != dst && mover.IsDir() != target.IsDir() {
-			if mover.IsDir() { // a directory moves src -> dst, a file the other way
-				sd.Nlink--
-				dd.Nlink++
-				nsubSrc, nsubDst = -1, 1
-			} else {
-				sd.Nlink++
-				dd.Nlink--
-				nsubSrc, nsubDst = 1, -1
-			}
-		}
-		c.putInode(target, td)
-		c.after = append(c.after, func() {
-			if mover.IsDir() {
-				mover.parent = dst.Ino
-			}
-			if target.IsDir() {
-				target.parent = src.Ino
-			}
-		})
-	} else {
-		if exists {
-			c.replaceEntryLocked(dst, newName, mover.Ino, me.typ)
-			td := target.d
-			if target.IsDir() {
-				dd.Nlink--
-				nsubDst--
-			}
-			c.stageDropLinkLocked(target, &td, now)
-		} else if err := c.addEntryLocked(dst, dd, newName, mover.Ino, me.typ); err != nil {
-			c.abort()
-			return err
-		}
-		if flags&RenameWhiteout != 0 {
-			var err error
-			if wo, err = fs.stageWhiteoutLocked(c, src, name, cl); err != nil {
-				c.abort()
-				return err
-			}
-		} else {
-			c.removeEntryLocked(src, name)
-		}
-		if mover.IsDir() && src != dst {
-			sd.Nlink--
-			dd.Nlink++
-			nsubSrc--
-			nsubDst++
-		}
-		if mover.IsDir() {
-			c.after = append(c.after, func() { mover.parent = dst.Ino })
-		}
-	}
-	c.putInode(mover, md)
-	c.putInode(src, sd)
-	if dst != src {
-		c.putInode(dst, dstD)
-	}
-	if err := c.commit(); err != nil {
-		if wo != nil {
-			fs.putBackIno(wo.Ino)
-		}
-		return err
-	}
-	if wo != nil {
-		fs.imu.Lock()
-		fs.inodes[wo.Ino] = wo
-		fs.imu.Unlock()
-	}
-	src.dir.nsub = uint32(int(src.dir.nsub) + nsubSrc)
-	dst.dir.nsub = uint32(int(dst.dir.nsub) + nsubDst)
-	return nil
-}
-
-// stageWhiteoutLocked stages a whiteout, a character device 0:0 with
-// mode 0 owned by cl, in place of dir's entry name (the kernel's
-// WHITEOUT_MODE and WHITEOUT_DEV), and returns its inode, to be published
-// once the change commits (or its number put back if it does not).
-func (fs *FS) stageWhiteoutLocked(c *change, dir *Inode, name string, cl Caller) (*Inode, error) {
-	uid, gid := cl.fsIDs() // a rename request may carry no ids (NoID)
-	ino, d, acl, err := fs.newInodeLocked(dir, NewInode{Mode: format.ModeChr, UID: uid, GID: gid})
-	if err != nil {
-		return nil, err
-	}
-	wo := &Inode{fs: fs, Ino: ino, typ: format.ModeChr}
-	if acl != nil {
-		if err := c.stageXattrsLocked(wo, &d, acl); err != nil {
-			fs.putBackIno(ino)
-			return nil, err
-		}
-	}
-	c.replaceEntryLocked(dir, name, ino, format.DTOf(format.ModeChr))
-	c.putInode(wo, d)
-	return wo, nil
 }
 
 // DirEntry is one entry returned by ReadDir.

@@ -8,9 +8,12 @@
 // into a journal.Tx as whole encoded structures and becomes visible in
 // DRAM only after the transaction commits.
 //
-// Where its locks (FS.nsMu, range locks, Inode.mu, FS.imu) sit among the
-// others: DESIGN.md §Lock order, the only list. Functions whose name ends
-// in Locked expect Inode.mu of their receiver held.
+// Where its locks (FS.nsMu, range locks, Inode.mu, session.cmu, FS.imu,
+// FS.pmu, FS.tierMu) sit among the others: DESIGN.md §Lock order, the
+// only list. A function whose name ends in Locked expects its receiver's
+// mutex held (Inode.mu for an *Inode); one whose receiver is another
+// (*FS, *change) or has none says which lock in a "Precondition:" line
+// above it (usually the Inode.mu of an argument).
 //
 // What it owns: inodes and their lifetime (links, opens, kernel
 // references, orphans: DESIGN.md §Inode lifetime), directories, file data

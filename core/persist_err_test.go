@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -30,12 +31,20 @@ func faultyPoolOf(t *testing.T, size int64) (*FS, *pmem.Faulty, *pmem.Recorder, 
 		t.Fatal(err)
 	}
 	rec := pmem.NewRecorder(m.Bytes())
+	pmemtest.Check(t, rec)
 	f := pmem.NewFaulty(rec)
 	core, logs := observer.New(zapcore.ErrorLevel)
 	fs, _, err := Open(f, Options{Log: zap.New(core), CommitInterval: -1}) // commits only where the test makes them
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Whatever the test injected, the pool must be consistent once the
+	// medium heals and the pool closes. Close may fail (data the faults
+	// lost and nobody rewrote): that is the test's business, not damage.
+	t.Cleanup(func() {
+		f.Heal()
+		_ = fs.Close()
+	})
 	return fs, f, rec, logs
 }
 
@@ -189,7 +198,7 @@ func TestDelayedCommitFailsWhenNewBlocksDoNotPersist(t *testing.T) {
 	sb := fs.Superblock()
 	crashSize := func() uint64 {
 		t.Helper()
-		cfs, _, err := Open(pmem.NewRecorder(rec.Image(rec.Fences())), Options{})
+		cfs, _, err := openImage(t, rec.Image(rec.Fences()), Options{})
 		if err != nil {
 			t.Fatalf("crash image: %v", err)
 		}
@@ -302,7 +311,7 @@ func TestJournalPersistFailure(t *testing.T) {
 	}
 
 	// The crash image taken while z's apply had failed still has z.
-	after, rep, err := Open(pmem.NewRecorder(crashed), Options{})
+	after, rep, err := openImage(t, crashed, Options{})
 	if err != nil {
 		t.Fatalf("mount of the crash image: %v", err)
 	}

@@ -18,34 +18,6 @@ import (
 	"github.com/dnnfs/dnnfs/recovery"
 )
 
-// Errors the file system operations return. The FUSE layer maps them to
-// errno values; nothing below fs/ speaks syscall.Errno.
-var (
-	ErrNotFound    = errors.New("no such file or directory")
-	ErrExist       = errors.New("file exists")
-	ErrNotEmpty    = errors.New("directory not empty")
-	ErrIsDir       = errors.New("is a directory")
-	ErrNotDir      = errors.New("not a directory")
-	ErrNameTooLong = errors.New("file name too long")
-	ErrNoSpace     = errors.New("no space left in the pool")
-	ErrInvalid     = errors.New("invalid argument")
-	ErrNoAttr      = errors.New("no such attribute")
-	ErrRange       = errors.New("buffer too small")
-	ErrTooBig      = errors.New("file too large")
-	ErrNotSupp     = errors.New("operation not supported")
-	ErrNotPool     = format.ErrNotPool
-	ErrPerm        = errors.New("operation not permitted")
-	ErrLoop        = errors.New("too many links")
-	// ErrIO: the medium failed to store or make bytes durable (a failed
-	// write, fallocate, flush or fence).
-	ErrIO = errors.New("input/output error: the pool medium failed to persist data")
-)
-
-// ioErr wraps a medium failure as ErrIO, keeping its text.
-func ioErr(what string, err error) error {
-	return fmt.Errorf("%w: %s: %v", ErrIO, what, err)
-}
-
 // Ino etc. re-exported for callers.
 type (
 	Ino = format.Ino
@@ -59,15 +31,15 @@ type FS struct {
 	j   *journal.Journal
 	log *zap.Logger
 
-	nsMu sync.Mutex
+	nsMu sync.Mutex // namespace changes, one at a time; above every Inode.mu (DESIGN.md §Lock order)
 
-	imu     sync.Mutex
+	imu     sync.Mutex // guards inodes, freeIno and retired (genSeq changes under it and nsMu); under Inode.mu
 	inodes  map[Ino]*Inode
 	freeIno []Ino // free slots, lowest last (popped first)
 	genSeq  uint64
 
-	alloc   *alloc.Map
-	reserve uint64               // blocks only space-freeing changes may take (DESIGN.md §Metadata reserve)           // free blocks, rebuilt at every mount by recovery.Mount; never on media
+	alloc   *alloc.Map           // free blocks, rebuilt at every mount by recovery.Mount; never on media
+	reserve uint64               // blocks only space-freeing changes may take (DESIGN.md §Metadata reserve)
 	zero    []byte               // read-only zeros served for holes
 	wb      pmem.WritebackErrors // the medium's, or nil
 
@@ -76,11 +48,11 @@ type FS struct {
 	tgids        tgidCache
 	tailInterval uint64
 
-	tierMu   sync.Mutex // leaf: the SSD-tier registry block (UpdateRegistry)
+	tierMu   sync.Mutex // the SSD-tier registry block (UpdateRegistry); taken with no other core lock, journal and alloc locks under it (DESIGN.md §Lock order)
 	extFreed ExtFreed   // see SetExtFreed
 
 	// Delayed commit (commit.go): inodes with writes not committed yet.
-	pmu            sync.Mutex // leaf
+	pmu            sync.Mutex // guards pending; taken with Inode.mu held, nothing under it (DESIGN.md §Lock order)
 	pending        map[*Inode]struct{}
 	commitInterval time.Duration
 	commitStop     chan struct{}
@@ -311,9 +283,7 @@ func Open(m pmem.Medium, opts Options) (*FS, *MountReport, error) {
 	fs.wb, _ = m.(pmem.WritebackErrors)
 	fs.initWarm(opts)
 	fs.findWarm()
-	if err := fs.load(st); err != nil {
-		return nil, nil, fmt.Errorf("%w; run `dnnfs fsck --pool PATH` for the full list", err)
-	}
+	fs.load(st)
 	for _, ino := range st.Misnamed {
 		// Named yet "unlinked": the count is wrong, not the file gone.
 		// Freeing it would leave dangling entries.

@@ -4,12 +4,12 @@ package core
 // medium so they measure dnnfs's own CPU cost: locking, extent lookup,
 // allocation and the copy. Named for benchstat:
 //
-//	go test -run XXX -bench 'Write|ReadAt' -count 10 ./pool > new.txt
+//	go test -run XXX -bench 'Write|ReadAt' -count 10 ./core > new.txt
 //	benchstat old.txt new.txt
 //
 //	BenchmarkWrite/overwrite/4KiB   rewrite mapped blocks (no allocation, no journal)
 //	BenchmarkWrite/overwrite/1MiB
-//	BenchmarkWrite/append/4KiB      extend the file: allocation + one journal commit per write
+//	BenchmarkWrite/append/4KiB      extend the file: allocation, delayed commit (DESIGN.md §Delayed commit)
 //	BenchmarkWrite/append/1MiB
 //	BenchmarkFill/sparse/4KiB       fill a truncated (sparse) file: allocation, delayed commit
 //	BenchmarkFill/fallocated/4KiB   fill a fallocated file: unwritten blocks become written
@@ -21,7 +21,6 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 )
 
 const benchFileSize = 64 << 20 // the working file of overwrite and read
@@ -31,19 +30,11 @@ var benchSizes = []struct {
 	n    int
 }{{"4KiB", 4 << 10}, {"1MiB", 1 << 20}}
 
-// benchFS formats a memory pool of size bytes, opens it and creates one
-// regular file in the root.
+// benchFS formats a memory pool of size bytes, opens it (closed and
+// checked at cleanup) and creates one regular file in the root.
 func benchFS(b *testing.B, size int64) (*FS, *Inode) {
 	b.Helper()
-	m := pmem.NewMemory(size)
-	if err := Format(m, 0, 0); err != nil {
-		b.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { fs.Close() })
+	fs, _ := openTestPoolWith(b, size, Options{})
 	in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {
 		b.Fatal(err)
@@ -137,7 +128,8 @@ func benchFill(b *testing.B, n int, prep func(fs *FS, in *Inode, size uint64) er
 }
 
 // BenchmarkFill: writes into a truncated (sparse) file and into a
-// fallocated one (issue #14: fallocated files no slower than sparse ones).
+// fallocated one: a fallocated file must be no slower to fill than a
+// sparse one (DESIGN.md §The FUSE data path, §Delayed commit).
 func BenchmarkFill(b *testing.B) {
 	for _, sz := range benchSizes {
 		b.Run("sparse/"+sz.name, func(b *testing.B) {

@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 )
 
 // TestFormatProgress: FormatProgress reports the metadata it clears, in
 // steps of at most its chunk, from 0 to all of it, and makes a pool that
 // mounts.
 func TestFormatProgress(t *testing.T) {
-	m := pmem.NewMemory(64 << 20) // 1 MiB of journal, 256 KiB of inodes: 13 chunks
+	m := pmemtest.NewMemory(t, 64<<20) // 1 MiB of journal, 256 KiB of inodes: 13 chunks
 	const chunk = 100 << 10
 	var dones []int64
 	var total int64
@@ -47,14 +47,7 @@ func TestFormatProgress(t *testing.T) {
 // TestPathsOf: one walk names every inode asked for (the first name of a
 // hard-linked one), and none for an unlinked one.
 func TestPathsOf(t *testing.T) {
-	m := pmem.NewMemory(16 << 20)
-	if err := Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, _ := openTestPoolWith(t, 16<<20, Options{})
 	defer fs.Close()
 	reg, dir := NewInode{Mode: format.ModeReg | 0o644}, NewInode{Mode: format.ModeDir | 0o755}
 	must := func(in *Inode, err error) *Inode {

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -11,11 +10,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/format"
 	"github.com/dnnfs/dnnfs/journal/seglog"
-	"github.com/dnnfs/dnnfs/lock"
 )
-
-// ErrBusy: a session is already open on the file.
-var ErrBusy = errors.New("a segmented-I/O session is already open on the file")
 
 // DefaultTailInterval is how much progress a segment makes between two
 // persisted Tail_ptr updates: a crash redoes at most this much per thread.
@@ -45,7 +40,7 @@ type segment struct {
 	pidStored  bool
 	finished   bool // P_flag = 1 on media
 	persisted  atomic.Uint64
-	pmu        sync.Mutex // one persist of this segment at a time
+	pmu        sync.Mutex // one persist of this segment at a time; taken before Inode.mu and cmu (persistTail)
 }
 
 // SessionSegment describes one segment (user.dnnfs.session, dnnfs recover).
@@ -78,13 +73,11 @@ func (fs *FS) StartSession(in *Inode, threads int, size uint64, mode uint32) err
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	if in.sess.Load() != nil {
 		return ErrBusy
 	}
@@ -338,6 +331,7 @@ func (fs *FS) persistTail(in *Inode, s *session, seg *segment) error {
 // closeSessionLocked ends the session: finished (F_flag = 1) or abandoned
 // (F_flag = 0, Process_num = 0); F_log_addr = NULL in one transaction that
 // also frees the F_log and P_log regions.
+// Precondition: in.mu is held.
 func (fs *FS) closeSessionLocked(in *Inode, finished bool) error {
 	s := in.sess.Load()
 	if s == nil {
@@ -375,6 +369,7 @@ func (fs *FS) closeSessionLocked(in *Inode, finished bool) error {
 // stageAbandonLocked adds the abandonment of in's open session to a
 // change (nd is the staged inode): a truncate or hole punch invalidates
 // the tails, and resuming from them would skip bytes that are gone.
+// Precondition: in.mu is held.
 func (c *change) stageAbandonLocked(in *Inode, nd *format.Inode) {
 	s := in.sess.Load()
 	if s == nil {
@@ -465,7 +460,9 @@ func (fs *FS) recoverSessions() (open, closed int, err error) {
 		}
 		for _, seg := range s.segs {
 			if !seg.finished && seg.tail == seg.end {
-				if err := fs.persistTail(in, s, seg); err != nil { // step 4
+				// Finished before its entry said so (DESIGN.md §Two-layer
+				// log, crash resume): mark it finished.
+				if err := fs.persistTail(in, s, seg); err != nil {
 					return open, closed, err
 				}
 			}

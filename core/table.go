@@ -1,13 +1,11 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/lock"
 )
 
 // Extension metadata: an inode may carry a descriptor that belongs to an
@@ -19,10 +17,6 @@ import (
 // the descriptor header's length and file size (format.TableHeader),
 // which it needs to account for the blocks and the inode's size. What the
 // entries mean, and whether they are valid, is the extension's business.
-
-// ErrTable: the operation does not apply to an embedding table (its data
-// lives on the SSD tier; its size is fixed by rows x dim x dtype).
-var ErrTable = errors.New("not possible on an embedding table")
 
 // ExtKind names the extension an inode's descriptor belongs to. On the
 // medium it is the inode's flag (format.InodeTable).
@@ -104,13 +98,11 @@ func (fs *FS) CreateExt(in *Inode, kind ExtKind, desc []byte) error {
 	if uint64(len(desc)) != uint64(hdr.Blocks)*uint64(bs) {
 		return fmt.Errorf("%w: descriptor of %d bytes, its header says %d blocks", ErrInvalid, len(desc), hdr.Blocks)
 	}
-	l, err := fs.lockData(Caller{}, in, 0, 0, lock.Exclusive, true)
+	unlock, err := fs.lockWhole(in)
 	if err != nil {
 		return err
 	}
-	defer in.locks.Release(l)
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer unlock()
 	switch {
 	case in.table.Load() != nil:
 		return fmt.Errorf("%w: already a table", ErrExist)
@@ -201,6 +193,8 @@ func (fs *FS) Registry() []byte {
 	return fs.registryLocked()
 }
 
+// registryLocked is Registry.
+// Precondition: fs.tierMu is held.
 func (fs *FS) registryLocked() []byte {
 	if fs.sb.Tier == 0 {
 		return nil

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
 )
 
 // descriptor builds a table descriptor: the header, then n shard entries
@@ -25,27 +24,29 @@ func descriptor(t *testing.T, rows uint64, shardRows uint64) (format.TableHeader
 	return hdr, b
 }
 
+// tierBlock is a registry block listing one device at path.
+func tierBlock(path string) []byte {
+	b := make([]byte, format.BlockSize)
+	format.EncodeTier(b, []format.TierDevice{{UUID: [16]byte{path[len(path)-1]}, Path: path}})
+	return b
+}
+
 // The core stores, journals and frees an extension's descriptor and
 // registry block as bytes: they survive a remount as written, the file
 // takes the header's size, the header cannot be rewritten, and a freed
 // table hands its descriptor to the extension and its blocks back.
 func TestExtStore(t *testing.T) {
-	m := pmem.NewMemory(32 << 20)
-	if err := Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, m := openTestPoolWith(t, 32<<20, Options{})
 	if fs.Registry() != nil {
 		t.Fatal("a new pool has a registry")
 	}
-	reg := bytes.Repeat([]byte{7}, format.BlockSize)
+	// The core does not read the registry, but recovery.Check (at
+	// cleanup) does: valid blocks.
+	reg := tierBlock("/ssd7")
 	if err := fs.UpdateRegistry(func(old []byte) ([]byte, error) { return reg, nil }); err != nil {
 		t.Fatal(err)
 	}
-	reg2 := bytes.Repeat([]byte{8}, format.BlockSize)
+	reg2 := tierBlock("/ssd8")
 	if err := fs.UpdateRegistry(func(old []byte) ([]byte, error) {
 		if !bytes.Equal(old, reg) {
 			t.Errorf("UpdateRegistry got %x..., want the first block", old[:4])
@@ -105,6 +106,7 @@ func TestExtStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer fs.Close()
 	if got := fs.Registry(); !bytes.Equal(got, reg2) {
 		t.Fatalf("registry after remount: %x...", got[:4])
 	}
@@ -141,14 +143,7 @@ func TestExtStore(t *testing.T) {
 }
 
 func TestCreateExtOnlyOnEmptyFiles(t *testing.T) {
-	m := pmem.NewMemory(16 << 20)
-	if err := Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := Open(m, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, _ := openTestPoolWith(t, 16<<20, Options{})
 	defer fs.Close()
 	in, err := fs.Create(fs.Root(), "f", NewInode{Mode: format.ModeReg | 0o644})
 	if err != nil {

@@ -8,20 +8,57 @@ import (
 	"testing"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
+// openTestPool opens a pool on a fresh in-memory medium (openTestPoolWith's
+// defaults).
 func openTestPool(t *testing.T) (*FS, pmem.Medium) {
 	t.Helper()
-	m := pmem.NewMemory(32 << 20)
+	return openTestPoolWith(t, 32<<20, Options{})
+}
+
+// openTestPoolWith formats a checked medium of size bytes (pmemtest: at
+// cleanup recovery.Check fails the test for any problem) and opens the
+// pool on it, closed at cleanup before the check. A test that reopens the
+// medium closes what it opened itself; a second Close is harmless.
+func openTestPoolWith(t testing.TB, size int64, opts Options) (*FS, pmem.Medium) {
+	t.Helper()
+	m := pmemtest.NewMemory(t, size)
+	return openCheckedPool(t, m, opts), m
+}
+
+// openImage opens the pool on a crash image (a Recorder over img),
+// closed and checked at cleanup.
+func openImage(t testing.TB, img []byte, opts Options) (*FS, *MountReport, error) {
+	t.Helper()
+	m := pmem.NewRecorder(img)
+	pmemtest.Check(t, m)
+	fs, rep, err := Open(m, opts)
+	if err == nil {
+		t.Cleanup(func() { _ = fs.Close() })
+	}
+	return fs, rep, err
+}
+
+// openCheckedPool formats m and opens the pool on it, closed at cleanup.
+// The caller registers m for checking (pmemtest.Check) first.
+func openCheckedPool(t testing.TB, m pmem.Medium, opts Options) *FS {
+	t.Helper()
 	if err := Format(m, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	fs, _, err := Open(m, Options{})
+	fs, _, err := Open(m, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fs, m
+	t.Cleanup(func() {
+		if err := fs.Close(); err != nil {
+			t.Errorf("closing the test pool: %v", err)
+		}
+	})
+	return fs
 }
 
 func TestSpecialInodes(t *testing.T) {
@@ -83,7 +120,7 @@ func TestTmpfileLifetime(t *testing.T) {
 		t.Error("a tmpfile is in the directory")
 	}
 	// A crash now leaves an orphan that the next mount frees.
-	crashed := pmem.NewMemory(m.Size())
+	crashed := pmemtest.NewMemory(t, m.Size())
 	copy(crashed.Bytes(), m.Bytes())
 	if err := fs.Released(tmp); err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // warmPool is an emulated pool of 64 MiB in a file of a temporary
@@ -60,7 +60,13 @@ func (p *warmPool) open(opts Options) {
 		p.t.Fatal(err)
 	}
 	p.m, p.fs = m, fs
-	p.t.Cleanup(func() { fs.Close(); m.Close() })
+	p.t.Cleanup(func() {
+		fs.Close()
+		if p.m == m { // else closeAndCheck checked it
+			pmemtest.CheckNow(p.t, m)
+		}
+		m.Close()
+	})
 }
 
 // closeAndCheck unmounts cleanly and runs the checker: it must be clean.
@@ -72,18 +78,13 @@ func (p *warmPool) closeAndCheck() {
 	if err := p.m.Close(); err != nil {
 		p.t.Fatal(err)
 	}
+	p.m = nil
 	m, err := pmem.Open(p.path)
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer m.Close()
-	rep, err := recovery.Check(m)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if !rep.Clean() {
-		p.t.Fatalf("fsck: %v", rep.Problems)
-	}
+	pmemtest.CheckNow(p.t, m)
 }
 
 // allocated is the pool file's allocated size (st_blocks).

@@ -1,16 +1,11 @@
 package core
 
 import (
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
 )
-
-// ErrValueTooBig: an xattr value over format.XAMaxValue (65536) bytes, the
-// kernel's own limit (E2BIG).
-var ErrValueTooBig = errors.New("xattr value too large")
 
 // maxXattrList is the kernel's XATTR_LIST_MAX: listxattr cannot return
 // more, so setxattr refuses a new name that would make the list longer.
@@ -98,12 +93,14 @@ func (fs *FS) Removexattr(in *Inode, name string) error {
 
 // putXattrsLocked rewrites the inode's xattr region through the journal,
 // moving it to a new run of blocks when its length changes.
+// Precondition: in.mu is held.
 func (fs *FS) putXattrsLocked(in *Inode, xs []format.Xattr) error {
 	return fs.putXattrsInodeLocked(in, xs, in.d)
 }
 
 // putXattrsInodeLocked commits xs as the inode's xattrs and nd (with a
 // new ctime) as its inode in one transaction.
+// Precondition: in.mu is held.
 func (fs *FS) putXattrsInodeLocked(in *Inode, xs []format.Xattr, nd format.Inode) error {
 	c := fs.begin()
 	nd.Ctime = time.Now().UnixNano()
@@ -117,6 +114,7 @@ func (fs *FS) putXattrsInodeLocked(in *Inode, xs []format.Xattr, nd format.Inode
 
 // stageXattrsLocked stages xs as the xattr region of in, whose inode
 // will be nd: in place when its length stays, else in new blocks.
+// Precondition: in.mu is held.
 func (c *change) stageXattrsLocked(in *Inode, nd *format.Inode, xs []format.Xattr) error {
 	nb := uint64(format.XattrBlocks(xs))
 	if nb == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding/wire"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -33,7 +34,7 @@ type testTier struct {
 
 func newTestTier(t *testing.T, models []Model, sched SchedConfig) *testTier {
 	t.Helper()
-	tt := &testTier{t: t, m: pmem.NewMemory(64 << 20)}
+	tt := &testTier{t: t, m: pmemtest.NewMemory(t, 64<<20)}
 	if err := core.Format(tt.m, 0, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -7,21 +7,14 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 )
 
 // The SSD tier's metadata through the core's store, without devices: the
 // registry and a table's descriptor survive a remount, shard entries are
 // checked against the registry, and a freed table hands its shards back.
 func TestMetaLifecycle(t *testing.T) {
-	m := pmem.NewMemory(32 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, m := pooltest.MustOpen(t, pooltest.Options{Size: 32 << 20})
 	meta := Meta{S: fs}
 	id1, err := meta.RegisterTierDevice(format.TierDevice{UUID: [16]byte{1}, Path: "/ssd/a"})
 	if err != nil || id1 != 1 {
@@ -123,14 +116,7 @@ func TestMetaLifecycle(t *testing.T) {
 }
 
 func TestMetaCreateTableOnlyOnEmptyFiles(t *testing.T) {
-	m := pmem.NewMemory(16 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	fs, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, _ := pooltest.MustOpen(t, pooltest.Options{Size: 16 << 20})
 	meta := Meta{S: fs}
 	defer fs.Close()
 	if _, err := meta.RegisterTierDevice(format.TierDevice{UUID: [16]byte{9}}); err != nil {

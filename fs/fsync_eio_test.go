@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/core"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -24,7 +25,7 @@ func mountFaulty(t *testing.T) (dir string, p *core.FS, f *pmem.Faulty) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no FUSE: %v", err)
 	}
-	m := pmem.NewMemory(64 << 20)
+	m := pmemtest.NewMemory(t, 64<<20) // checked once the cleanup below closed the pool
 	if err := core.Format(m, 0, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // testPoolSize is sparse: only what the tests write is allocated.
@@ -110,14 +110,7 @@ func mountPoolWith(t testing.TB, ssd, readCache bool, tweak func(*gofs.Options))
 		if err := p.Close(); err != nil {
 			t.Errorf("closing the pool: %v", err)
 		}
-		rep, err := recovery.Check(m)
-		if err != nil {
-			t.Errorf("fsck: %v", err)
-		} else if !rep.Clean() {
-			for _, pr := range rep.Problems {
-				t.Errorf("fsck: %v", pr)
-			}
-		}
+		pmemtest.CheckNow(t, m)
 		if err := m.Close(); err != nil {
 			t.Errorf("closing the medium: %v", err)
 		}

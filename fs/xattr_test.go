@@ -12,8 +12,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/recovery"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 )
 
 // TestListxattrRacesSetxattr lists a file's attribute names into a buffer
@@ -102,35 +101,9 @@ func listExact(n gofs.NodeListxattrer) (err error) {
 	return nil
 }
 
-// memPool formats and opens a pool in memory; cleanup closes it and
-// requires fsck to find it clean.
+// memPool is a 64 MiB in-memory pool, closed and checked at cleanup.
 func memPool(t *testing.T) *core.FS {
 	t.Helper()
-	m := pmem.NewMemory(64 << 20)
-	if err := core.Format(m, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, _, err := core.Open(m, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAndCheck(t, p, m) })
+	p, _ := pooltest.MustOpen(t, pooltest.Options{Size: 64 << 20})
 	return p
-}
-
-// closeAndCheck closes an in-memory pool and requires fsck to find it
-// clean.
-func closeAndCheck(t *testing.T, p *core.FS, m pmem.Medium) {
-	t.Helper()
-	if err := p.Close(); err != nil {
-		t.Errorf("closing the pool: %v", err)
-	}
-	rep, err := recovery.Check(m)
-	if err != nil {
-		t.Errorf("fsck: %v", err)
-		return
-	}
-	for _, pr := range rep.Problems {
-		t.Errorf("fsck: %v", pr)
-	}
 }

@@ -63,8 +63,8 @@ type Stats struct {
 // File is the lock state of one open file: run queue, wait queue, stats.
 // The zero value is ready to use.
 type File struct {
-	mu          sync.Mutex
-	run, wait   *Lock // queue heads
+	mu          sync.Mutex // guards the queues, counts and stats; *Locked methods expect it held
+	run, wait   *Lock      // queue heads
 	nrun, nexcl int
 	stats       Stats
 }

@@ -5,17 +5,14 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
-	"github.com/dnnfs/dnnfs/pmem"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 )
 
 // TestReproLinkIntoRemovedDir links a file into a directory that was
 // removed, its inode number already reused by a new symlink: the pool must
 // still mount afterwards (DESIGN §Inode lifetime).
 func TestReproLinkIntoRemovedDir(t *testing.T) {
-	m := pmem.NewMemory(4 << 20)
-	must(t, core.Format(m, 0, 0))
-	fs, _, err := core.Open(m, core.Options{})
-	must(t, err)
+	fs, m := pooltest.MustOpen(t, pooltest.Options{Size: 4 << 20})
 	root := fs.Root()
 	d := mustV[*core.Inode](t)(fs.Create(root, "d", dirMode))
 	f := mustV[*core.Inode](t)(fs.Create(root, "f", regMode))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 	"github.com/dnnfs/dnnfs/pmem"
 	"github.com/dnnfs/dnnfs/recovery"
 )
@@ -40,10 +41,7 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 	}
 	for seedN := 1; seedN <= seeds; seedN++ {
 		r := rand.New(rand.NewPCG(uint64(seedN), 99))
-		m := pmem.NewMemory(4 << 20)
-		must(t, core.Format(m, 0, 0))
-		fs, _, err := core.Open(m, core.Options{})
-		must(t, err)
+		fs, m := pooltest.MustOpen(t, pooltest.Options{Size: 4 << 20})
 		dirs := []*core.Inode{fs.Root()}
 		var open []*core.Inode
 		name := func() string { return fmt.Sprintf("n%d", r.IntN(12)) }
@@ -132,10 +130,7 @@ func TestRandomOpsKeepPoolConsistent(t *testing.T) {
 // TestNoSpaceKeepsPoolConsistent fills the pool: every operation that
 // fails for want of space must leave the media as they were.
 func TestNoSpaceKeepsPoolConsistent(t *testing.T) {
-	m := pmem.NewMemory(4 << 20)
-	must(t, core.Format(m, 0, 0))
-	fs, _, err := core.Open(m, core.Options{})
-	must(t, err)
+	fs, m := pooltest.MustOpen(t, pooltest.Options{Size: 4 << 20})
 	d, err := fs.Create(fs.Root(), "d", dirMode)
 	must(t, err)
 	failed := 0

@@ -5,6 +5,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/format"
+	"github.com/dnnfs/dnnfs/internal/pooltest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -36,10 +37,7 @@ func TestReproStaleBytesAfterCrash(t *testing.T) {
 }
 
 func TestReproXattrSpuriousENOSPC(t *testing.T) {
-	m := pmem.NewMemory(4 << 20)
-	must(t, core.Format(m, 0, 0))
-	fs, _, err := core.Open(m, core.Options{})
-	must(t, err)
+	fs, _ := pooltest.MustOpen(t, pooltest.Options{Size: 4 << 20})
 	root := fs.Root()
 	must(t, fs.Setxattr(root, "user.x", []byte("1"), 0)) // xattr region at the first data block
 	a, err := fs.Create(root, "a", regMode)              // root's directory block right after it

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dnnfs/dnnfs/core"
 	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
@@ -65,6 +66,7 @@ func openRaw(b *testing.B, timed bool) *rawFile {
 		if err := p.Close(); err != nil {
 			b.Error(err)
 		}
+		pmemtest.CheckNow(b, m)
 		m.Close()
 	}
 	b.Cleanup(f.closePfn)

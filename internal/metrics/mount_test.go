@@ -15,8 +15,8 @@ import (
 	"github.com/dnnfs/dnnfs/core"
 	"github.com/dnnfs/dnnfs/embedding"
 	dfs "github.com/dnnfs/dnnfs/fs"
+	"github.com/dnnfs/dnnfs/internal/pmemtest"
 	"github.com/dnnfs/dnnfs/pmem"
-	"github.com/dnnfs/dnnfs/recovery"
 )
 
 // mounted is a pool mounted in this process as `dnnfs mount
@@ -127,14 +127,7 @@ func mountWithMetrics(t testing.TB, ssd, timed bool) *mounted {
 		if err := p.Close(); err != nil {
 			t.Errorf("closing the pool: %v", err)
 		}
-		rep, err := recovery.Check(m)
-		if err != nil {
-			t.Errorf("fsck: %v", err)
-		} else {
-			for _, pr := range rep.Problems {
-				t.Errorf("fsck: %v", pr)
-			}
-		}
+		pmemtest.CheckNow(t, m)
 		if err := m.Close(); err != nil {
 			t.Errorf("closing the medium: %v", err)
 		}

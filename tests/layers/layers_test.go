@@ -38,6 +38,9 @@ var layer = map[string]int{
 
 	"cluster/ids":       0, // the cluster's identities (node, cluster, file, version, chunk)
 	"cluster/namespace": 1, // etcd (DESIGN §Cluster); of ours cluster/ids only
+
+	"internal/pmemtest": 5, // test helper: a medium recovery.Check checks at cleanup
+	"internal/pooltest": 6, // test helper: a formatted, opened pool (pmemtest + core)
 }
 
 // only lists packages that must stay lighter than their layer allows.
