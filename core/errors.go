@@ -40,7 +40,7 @@ var (
 	// no session is open).
 	ErrNoAttr = errors.New("core: no such attribute")
 	// ErrRange: an xattr name that is empty or over format.XAMaxName.
-	ErrRange = errors.New("core: buffer too small")
+	ErrRange = errors.New("core: xattr name empty or too long")
 	// ErrTooBig: a file would pass MaxFileSize, or a transaction would
 	// not fit the journal (journal.ErrTooLarge).
 	ErrTooBig = errors.New("core: file too large")

@@ -18,8 +18,8 @@ var (
 	// ErrNoSpace: WriteAt or Fallocate found the file system holding the
 	// pool file full.
 	ErrNoSpace = errors.New("pmem: the file system holding the pool file is full")
-	// ErrRange: an operation named bytes outside the pool.
-	ErrRange = errors.New("pmem: range outside the pool")
+	// ErrOutOfBounds: an operation named bytes outside the pool.
+	ErrOutOfBounds = errors.New("pmem: range outside the pool")
 )
 
 // ErrReadOnly: a store was asked of a medium opened with OpenReadOnly.

@@ -36,8 +36,8 @@ func TestFileMediumOperations(t *testing.T) {
 		t.Fatal("the mapping does not show the bytes WriteAt stored")
 	}
 	for _, c := range []struct{ off, n int64 }{{-1, 1}, {m.Size() - 1, 2}, {m.Size() + 1, 0}} {
-		if err := m.WriteAt(make([]byte, c.n), c.off); !errors.Is(err, ErrRange) {
-			t.Errorf("WriteAt of %d bytes at %d: got %v, want ErrRange", c.n, c.off, err)
+		if err := m.WriteAt(make([]byte, c.n), c.off); !errors.Is(err, ErrOutOfBounds) {
+			t.Errorf("WriteAt of %d bytes at %d: got %v, want ErrOutOfBounds", c.n, c.off, err)
 		}
 	}
 	if err := m.Persist(5000, int64(len(data))); err != nil {
@@ -146,8 +146,8 @@ func TestMemoryOperations(t *testing.T) {
 	if err := m.WriteAt([]byte("abc"), 100); err != nil || string(m.Bytes()[100:103]) != "abc" {
 		t.Fatalf("WriteAt: %v, bytes %q", err, m.Bytes()[100:103])
 	}
-	if err := m.WriteAt([]byte("abc"), 8190); !errors.Is(err, ErrRange) {
-		t.Fatalf("WriteAt past the end: got %v, want ErrRange", err)
+	if err := m.WriteAt([]byte("abc"), 8190); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("WriteAt past the end: got %v, want ErrOutOfBounds", err)
 	}
 	if err := m.Fallocate(0, 8192); err != nil {
 		t.Fatal(err)

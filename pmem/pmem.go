@@ -72,7 +72,7 @@ type WritebackErrors interface {
 // bytes (n >= 0).
 func checkRange(off, n, size int64) error {
 	if off < 0 || n < 0 || off > size || n > size-off {
-		return fmt.Errorf("[%d, %d) of a %d-byte pool: %w", off, off+n, size, ErrRange)
+		return fmt.Errorf("[%d, %d) of a %d-byte pool: %w", off, off+n, size, ErrOutOfBounds)
 	}
 	return nil
 }

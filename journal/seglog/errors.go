@@ -24,9 +24,9 @@ var (
 	// other (a bad F_flag, mode or Process_num, or an F_log on a finished
 	// session).
 	ErrFields = errors.New("seglog: inconsistent session fields")
-	// ErrRange: a log region lies outside the pool's data region, or the
+	// ErrOutOfBounds: a log region lies outside the pool's data region, or the
 	// P_log and F_log regions overlap.
-	ErrRange = errors.New("seglog: segment log region out of range")
+	ErrOutOfBounds = errors.New("seglog: segment log region out of range")
 	// ErrHeader: the F_log header fails its checksum or its region sizes
 	// disagree with its count (torn or garbage bytes).
 	ErrHeader = errors.New("seglog: the F_log header is damaged")

@@ -61,7 +61,7 @@ func FuzzRead(f *testing.F) {
 			if rerr.Error() == "" {
 				t.Fatal("an error with no message")
 			}
-			for _, s := range []error{seglog.ErrNoLog, seglog.ErrRange, seglog.ErrHeader, seglog.ErrEntry, seglog.ErrTail} {
+			for _, s := range []error{seglog.ErrNoLog, seglog.ErrOutOfBounds, seglog.ErrHeader, seglog.ErrEntry, seglog.ErrTail} {
 				if errors.Is(rerr, s) {
 					goto known
 				}

@@ -99,7 +99,7 @@ var le = binary.LittleEndian
 func read(src Source, f Fields, strict bool) (*State, error) {
 	flog := f.FLog
 	if !src.ValidData(flog, 1) {
-		return nil, mark(ErrRange, nil, "F_log at block %d lies outside the data region", flog)
+		return nil, mark(ErrOutOfBounds, nil, "F_log at block %d lies outside the data region", flog)
 	}
 	hdr, err := format.DecodeFLogHeader(src.Read(flog.Off(), format.FLHeader))
 	if err != nil {
@@ -110,11 +110,11 @@ func read(src Source, f Fields, strict bool) (*State, error) {
 	case strict && hdr.Count != f.ProcessNum:
 		return nil, mark(ErrCount, nil, "F_log at block %d has %d entries, Process_num says %d", flog, hdr.Count, f.ProcessNum)
 	case !src.ValidData(flog, uint64(hdr.Blocks)):
-		return nil, mark(ErrRange, nil, "F_log at block %d (%d blocks) runs past the data region", flog, hdr.Blocks)
+		return nil, mark(ErrOutOfBounds, nil, "F_log at block %d (%d blocks) runs past the data region", flog, hdr.Blocks)
 	case !src.ValidData(hdr.PLog, uint64(hdr.PBlocks)):
-		return nil, mark(ErrRange, nil, "P_log at block %d (%d blocks) lies outside the data region", hdr.PLog, hdr.PBlocks)
+		return nil, mark(ErrOutOfBounds, nil, "P_log at block %d (%d blocks) lies outside the data region", hdr.PLog, hdr.PBlocks)
 	case hdr.PLog < flog+format.Blk(hdr.Blocks) && flog < hdr.PLog+format.Blk(hdr.PBlocks):
-		return nil, mark(ErrRange, nil, "P_log at block %d (%d blocks) overlaps the F_log at block %d (%d blocks)", hdr.PLog, hdr.PBlocks, flog, hdr.Blocks)
+		return nil, mark(ErrOutOfBounds, nil, "P_log at block %d (%d blocks) overlaps the F_log at block %d (%d blocks)", hdr.PLog, hdr.PBlocks, flog, hdr.Blocks)
 	}
 	st := &State{Layout: lay, Size: f.Size, Mode: f.Mode, Segments: make([]Segment, 0, hdr.Count)}
 	for i := 0; i < lay.Count(); i++ {

@@ -357,15 +357,15 @@ func TestDamaged(t *testing.T) {
 			le.PutUint64(b[p.lay.TailOff(1):], 0)
 		}, read: seglog.ErrTail, check: seglog.ErrTail},
 		{name: "F_log outside the data region", damage: func(p *pool, _ []byte, f *seglog.Fields) { f.FLog = p.sb.DataStart - 1 },
-			read: seglog.ErrRange, check: seglog.ErrRange},
+			read: seglog.ErrOutOfBounds, check: seglog.ErrOutOfBounds},
 		{name: "F_log past the pool", damage: func(p *pool, _ []byte, f *seglog.Fields) { f.FLog = format.Blk(p.sb.Blocks) },
-			read: seglog.ErrRange, check: seglog.ErrRange},
+			read: seglog.ErrOutOfBounds, check: seglog.ErrOutOfBounds},
 		{name: "P_log past the pool", damage: func(p *pool, b []byte, _ *seglog.Fields) {
 			rewriteHeader(p, b, func(h *format.FLogHeader) { h.PLog = format.Blk(p.sb.Blocks) })
-		}, read: seglog.ErrRange, check: seglog.ErrRange},
+		}, read: seglog.ErrOutOfBounds, check: seglog.ErrOutOfBounds},
 		{name: "P_log over the F_log", damage: func(p *pool, b []byte, _ *seglog.Fields) {
 			rewriteHeader(p, b, func(h *format.FLogHeader) { h.PLog = p.lay.FLog })
-		}, read: seglog.ErrRange, check: seglog.ErrRange},
+		}, read: seglog.ErrOutOfBounds, check: seglog.ErrOutOfBounds},
 		{name: "Next", damage: func(p *pool, b []byte, _ *seglog.Fields) {
 			rewriteEntry(p, b, 0, func(e *format.FEntry) { e.Next += format.FLEntry })
 		}, check: seglog.ErrLink},
