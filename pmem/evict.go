@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+
+	"golang.org/x/sys/unix"
 )
 
 // Eviction images of a Recorder (see the Recorder's comment for what they
@@ -81,7 +83,8 @@ type Crashes struct {
 	r       *Recorder
 	seed    uint64
 	k       int
-	durable []byte   // Image(k)
+	fd      int      // memfd holding Image(k), so images can be copy-on-write
+	durable []byte   // Image(k): fd's shared mapping
 	cpu     []byte   // the CPU view at fence k+1's call
 	dirty   []uint64 // bit per line: cpu and durable differ there
 	tail    []span   // the stores after the last fence, as of Crashes
@@ -89,7 +92,7 @@ type Crashes struct {
 
 // Crashes starts a walk at fence from (0 <= from <= Fences()); seed fixes
 // the subsets Evicted picks. It panics unless TrackStores was called.
-// Stores made after this call are not seen.
+// Stores made after this call are not seen. Close it when done.
 func (r *Recorder) Crashes(from int, seed uint64) *Crashes {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -99,11 +102,17 @@ func (r *Recorder) Crashes(from int, seed uint64) *Crashes {
 	if from < 0 || from > len(r.fences) {
 		panic(fmt.Sprintf("pmem: Recorder.Crashes(%d) out of range [0, %d]", from, len(r.fences)))
 	}
+	fd, durable, err := sharedImage(len(r.initial))
+	if err != nil {
+		panic(fmt.Sprintf("pmem: Recorder.Crashes: %v", err))
+	}
+	copy(durable, r.initial)
 	c := &Crashes{
 		r:       r,
 		seed:    seed,
 		k:       from,
-		durable: bytes.Clone(r.initial),
+		fd:      fd,
+		durable: durable,
 		cpu:     bytes.Clone(r.cpu0),
 		dirty:   make([]uint64, (len(r.buf)/CacheLine+64)/64),
 		tail:    changedLines(bytes.Clone(r.seen), r.buf, false),
@@ -149,7 +158,7 @@ func (c *Crashes) Next() bool {
 func (c *Crashes) Fence() int { return c.k }
 
 // Image is the fence-only image after fence k. It is the walk's own
-// buffer: do not change it, and copy it to keep it past Next.
+// buffer: do not change it, and copy it to keep it past Next or Close.
 func (c *Crashes) Image() []byte { return c.durable }
 
 // markDirty recomputes the dirty bit of the lines the spans cover.
@@ -177,18 +186,23 @@ func (c *Crashes) Dirty() int {
 	return n
 }
 
-// evictOdds is the chance, per subset number modulo its length, that
-// each dirty line is in the subset: half of them, or a few (one pointer
-// ahead of what it covers), or nearly all (one line lagging).
+// evictOdds is the chance that each dirty line is in a subset, taken in
+// turn by the subsets of a crash point and from one crash point to the
+// next: half of them, a few (one pointer ahead of what it covers), or
+// nearly all (one line lagging).
 var evictOdds = [...]float64{0.5, 0.125, 0.875}
 
 // Evicted returns subset j of the dirty lines, each with the bytes the
 // CPU held at the crash point: lay them over Image for eviction image j.
 // The subset depends only on the seed, k and j. The lines share the
-// walk's buffers: do not change them, and use them before Next.
+// walk's buffers: do not change them, and use them before Next. A
+// negative j is the empty subset.
 func (c *Crashes) Evicted(j int) []Line {
+	if j < 0 {
+		return nil
+	}
 	rng := rand.New(rand.NewPCG(c.seed, uint64(c.k)<<16|uint64(j)))
-	p := evictOdds[j%len(evictOdds)]
+	p := evictOdds[(c.k+j)%len(evictOdds)]
 	var out []Line
 	for wi, w := range c.dirty {
 		for w != 0 {
@@ -204,14 +218,45 @@ func (c *Crashes) Evicted(j int) []Line {
 	return out
 }
 
-// EvictedImage writes eviction image j into dst (of the pool's size) and
-// returns it.
-func (c *Crashes) EvictedImage(dst []byte, j int) []byte {
-	copy(dst, c.durable)
-	for _, l := range c.Evicted(j) {
-		copy(dst[l.Off:], l.Data)
+// EvictedImage returns eviction image j (negative: the fence-only image)
+// as a private copy-on-write mapping of Image: only the pages it or its
+// user writes are copied, and
+// the race detector does not shadow it, so a sweep of many images of a
+// large pool stays cheap. Call release before Next.
+func (c *Crashes) EvictedImage(j int) (img []byte, release func()) {
+	img, err := unix.Mmap(c.fd, 0, len(c.durable), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+	if err != nil {
+		panic(fmt.Sprintf("pmem: Crashes.EvictedImage: %v", err))
 	}
-	return dst
+	for _, l := range c.Evicted(j) {
+		copy(img[l.Off:], l.Data)
+	}
+	return img, func() { unix.Munmap(img) }
+}
+
+// Close releases the walk's image.
+func (c *Crashes) Close() {
+	unix.Munmap(c.durable)
+	unix.Close(c.fd)
+	c.durable = nil
+}
+
+// sharedImage is a memfd of size bytes and its shared mapping.
+func sharedImage(size int) (int, []byte, error) {
+	fd, err := unix.MemfdCreate("pmem-crash-image", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	b, err := unix.Mmap(fd, 0, max(size, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, b[:size], nil
 }
 
 func apply(img []byte, spans []span) {

@@ -24,6 +24,7 @@ func TestRecorderEvictions(t *testing.T) {
 	copy(b[10*CacheLine:], "after the last fence")
 
 	c := r.Crashes(0, 1)
+	defer c.Close()
 	want := []struct {
 		dirty int
 		lines map[int64]string
@@ -44,7 +45,7 @@ func TestRecorderEvictions(t *testing.T) {
 		}
 		seen := map[int64]bool{}
 		for j := 0; j < 32; j++ {
-			img := c.EvictedImage(make([]byte, r.Size()), j)
+			img, release := c.EvictedImage(j)
 			evicted := map[int64]bool{}
 			for _, l := range c.Evicted(j) {
 				evicted[l.Off] = true
@@ -59,6 +60,7 @@ func TestRecorderEvictions(t *testing.T) {
 					t.Fatalf("fence %d subset %d: line %d differs from the fenced image", k, j, off)
 				}
 			}
+			release()
 		}
 		if len(seen) != w.dirty {
 			t.Errorf("fence %d: 32 subsets evicted %d of the %d dirty lines", k, len(seen), w.dirty)
@@ -70,11 +72,17 @@ func TestRecorderEvictions(t *testing.T) {
 	// The subsets depend only on the seed, k and j; a walk from the middle
 	// sees the same.
 	c2 := r.Crashes(1, 1)
+	defer c2.Close()
 	c3 := r.Crashes(0, 1)
+	defer c3.Close()
 	c3.Next()
 	for j := 0; j < 8; j++ {
-		if a, b := c2.EvictedImage(make([]byte, r.Size()), j), c3.EvictedImage(make([]byte, r.Size()), j); !bytes.Equal(a, b) {
+		a, ra := c2.EvictedImage(j)
+		b, rb := c3.EvictedImage(j)
+		if !bytes.Equal(a, b) {
 			t.Fatalf("subset %d of fence 1 differs between two walks", j)
 		}
+		ra()
+		rb()
 	}
 }
