@@ -28,8 +28,7 @@ const (
 // returned.
 func evictRun(t *testing.T, wrap func(pmem.Medium) pmem.Medium) (*pmem.Recorder, format.Superblock, [][]byte, []int) {
 	t.Helper()
-	rec := pmem.NewRecorder(make([]byte, format.MinPoolSize))
-	rec.TrackStores()
+	rec := pmem.NewTrackingRecorder(make([]byte, format.MinPoolSize))
 	var m pmem.Medium = rec
 	if wrap != nil {
 		m = wrap(rec)
@@ -82,8 +81,8 @@ func checkReplayed(img []byte, sb *format.Superblock, states [][]byte, i int) er
 func evictSweep(rec *pmem.Recorder, sb *format.Superblock, states [][]byte, returned []int, subsets int) (int, []string) {
 	var fails []string
 	checked := 0
-	img := make([]byte, rec.Size())
 	c := rec.Crashes(returned[0], evictSeed)
+	defer c.Close()
 	for ok := true; ok; ok = c.Next() {
 		k, i := c.Fence(), 0
 		for i+1 < len(returned) && returned[i+1] <= k {
@@ -94,14 +93,12 @@ func evictSweep(rec *pmem.Recorder, sb *format.Superblock, states [][]byte, retu
 				continue // the fence-only image, or an empty subset (the same)
 			}
 			checked++
-			if j < 0 {
-				copy(img, c.Image())
-			} else {
-				c.EvictedImage(img, j)
-			}
-			if err := checkReplayed(img, sb, states, i); err != nil {
+			img, release := c.EvictedImage(j)
+			err := checkReplayed(img, sb, states, i)
+			release()
+			if err != nil {
 				fails = append(fails, fmt.Sprintf("crash after fence %d (%d of %d dirty lines evicted, subset %d): %v",
-					k, len(c.Evicted(max(j, 0))), c.Dirty(), j, err))
+					k, len(c.Evicted(j)), c.Dirty(), j, err))
 			}
 		}
 	}

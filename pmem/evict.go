@@ -20,20 +20,29 @@ import (
 // between two fences, and one comparison of a page skips 64 lines.
 const pageSize = 4096
 
-// TrackStores makes r log the lines stored into at every fence call, so
-// that Crashes can build eviction images. It must be called before the
-// first fence; the CPU view at the call is where the log starts. A fence
-// then reads the whole mapping: no store may run concurrently with it
-// (the crash sweeps run one operation at a time).
-func (r *Recorder) TrackStores() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.fences) > 0 {
-		panic("pmem: Recorder.TrackStores after a fence")
+// NewTrackingRecorder is NewRecorder for a Recorder that also logs the
+// lines stored into at every fence call, so that Crashes can build
+// eviction images. A fence then reads the whole mapping: no store may run
+// concurrently with it (the crash sweeps run one operation at a time).
+// Its mapping and the copy it compares with live outside the Go heap, as
+// a real pool's mapping does: the race detector does not shadow them (it
+// would make every fence's comparison cost a shadow pass over the pool).
+// They are never unmapped, since Bytes may be in use until the process
+// ends.
+func NewTrackingRecorder(initial []byte) *Recorder {
+	r := &Recorder{buf: mapAnon(len(initial)), initial: bytes.Clone(initial), track: true, seen: mapAnon(len(initial))}
+	copy(r.buf, initial)
+	copy(r.seen, initial)
+	return r
+}
+
+// mapAnon maps n bytes of anonymous memory, or panics: it is for tests.
+func mapAnon(n int) []byte {
+	b, err := unix.Mmap(-1, 0, max(n, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		panic(fmt.Sprintf("pmem: mapping %d bytes: %v", n, err))
 	}
-	r.track = true
-	r.cpu0 = bytes.Clone(r.buf)
-	r.seen = bytes.Clone(r.buf)
+	return b[:n]
 }
 
 // changedLines returns the whole cache lines where cur differs from old,
@@ -85,19 +94,20 @@ type Crashes struct {
 	k       int
 	fd      int      // memfd holding Image(k), so images can be copy-on-write
 	durable []byte   // Image(k): fd's shared mapping
-	cpu     []byte   // the CPU view at fence k+1's call
+	cpu     []byte   // the CPU view at fence k+1's call (mapped)
 	dirty   []uint64 // bit per line: cpu and durable differ there
 	tail    []span   // the stores after the last fence, as of Crashes
 }
 
 // Crashes starts a walk at fence from (0 <= from <= Fences()); seed fixes
-// the subsets Evicted picks. It panics unless TrackStores was called.
+// the subsets Evicted picks. It panics unless r came from
+// NewTrackingRecorder.
 // Stores made after this call are not seen. Close it when done.
 func (r *Recorder) Crashes(from int, seed uint64) *Crashes {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.track {
-		panic("pmem: Recorder.Crashes without TrackStores")
+		panic("pmem: Recorder.Crashes of a Recorder that does not track stores (NewTrackingRecorder)")
 	}
 	if from < 0 || from > len(r.fences) {
 		panic(fmt.Sprintf("pmem: Recorder.Crashes(%d) out of range [0, %d]", from, len(r.fences)))
@@ -113,10 +123,11 @@ func (r *Recorder) Crashes(from int, seed uint64) *Crashes {
 		k:       from,
 		fd:      fd,
 		durable: durable,
-		cpu:     bytes.Clone(r.cpu0),
+		cpu:     mapAnon(len(r.initial)), // outside the Go heap, as durable
 		dirty:   make([]uint64, (len(r.buf)/CacheLine+64)/64),
-		tail:    changedLines(bytes.Clone(r.seen), r.buf, false),
+		tail:    changedLines(r.seen, r.buf, false),
 	}
+	copy(c.cpu, r.initial)
 	for _, f := range r.fences[:from] {
 		apply(c.durable, f)
 	}
@@ -237,8 +248,9 @@ func (c *Crashes) EvictedImage(j int) (img []byte, release func()) {
 // Close releases the walk's image.
 func (c *Crashes) Close() {
 	unix.Munmap(c.durable)
+	unix.Munmap(c.cpu)
 	unix.Close(c.fd)
-	c.durable = nil
+	c.durable, c.cpu = nil, nil
 }
 
 // sharedImage is a memfd of size bytes and its shared mapping.

@@ -9,8 +9,7 @@ import (
 // of the lines stored (or flushed) since, with their content at the crash
 // point; lines equal to the image are never dirty.
 func TestRecorderEvictions(t *testing.T) {
-	r := NewRecorder(bytes.Repeat([]byte{'.'}, 16*CacheLine))
-	r.TrackStores()
+	r := NewTrackingRecorder(bytes.Repeat([]byte{'.'}, 16*CacheLine))
 	b := r.Bytes()
 	copy(b[0:], "A")
 	r.Persist(0, 1) // fence 1

@@ -20,7 +20,7 @@ const CacheLine = 64
 //     Passing here is not enough: real hardware also writes lines back on
 //     its own (cache eviction), so a store can reach media before its
 //     flush, and a fence's flushes can land one line at a time.
-//   - With TrackStores, the eviction images of Crashes (pebble's
+//   - From NewTrackingRecorder, the eviction images of Crashes (pebble's
 //     CrashClone idea): the image after fence k plus a random subset of
 //     the cache lines that differ from it when fence k+1 is called
 //     (stored but not flushed, or flushed but not fenced), each with the
@@ -46,11 +46,10 @@ type Recorder struct {
 	pending []span   // flushed, not yet fenced
 	fences  [][]span // fences[i] holds what fence i+1 made durable
 
-	// With TrackStores: cpu0 is the CPU view when tracking began, seen the
-	// CPU view at the last fence call, and stores[i] the lines that changed
-	// between the calls of fence i and fence i+1 (fence 0: cpu0).
+	// NewTrackingRecorder: seen is the CPU view at the last fence call,
+	// and stores[i] the lines that changed between the calls of fence i
+	// and fence i+1 (fence 0: the start, when the CPU view was initial).
 	track  bool
-	cpu0   []byte
 	seen   []byte
 	stores [][]span
 }

@@ -37,8 +37,7 @@ type tailRun struct {
 func newTailRun(t *testing.T, wrap func(pmem.Medium) pmem.Medium) *tailRun {
 	t.Helper()
 	base := newPool(t, pmem.NewMemory(format.MinPoolSize), 2)
-	rec := pmem.NewRecorder(base.m.Bytes())
-	rec.TrackStores()
+	rec := pmem.NewTrackingRecorder(base.m.Bytes())
 	var m pmem.Medium = rec
 	if wrap != nil {
 		m = wrap(rec)
@@ -127,8 +126,8 @@ func (r *tailRun) check(img []byte, min [2]uint64) error {
 func (r *tailRun) sweep(subsets int) (int, []string) {
 	var fails []string
 	checked := 0
-	img := make([]byte, r.rec.Size())
 	c := r.rec.Crashes(r.fence[0], evictSeed)
+	defer c.Close()
 	for ok := true; ok; ok = c.Next() {
 		k, m := c.Fence(), 0
 		for m+1 < len(r.fence) && r.fence[m+1] <= k {
@@ -139,12 +138,10 @@ func (r *tailRun) sweep(subsets int) (int, []string) {
 				continue // the fence-only image, or an empty subset (the same)
 			}
 			checked++
-			if j < 0 {
-				copy(img, c.Image())
-			} else {
-				c.EvictedImage(img, j)
-			}
-			if err := r.check(img, r.tails[m]); err != nil {
+			img, release := c.EvictedImage(j)
+			err := r.check(img, r.tails[m])
+			release()
+			if err != nil {
 				fails = append(fails, fmt.Sprintf("crash after fence %d (subset %d of %d dirty lines): %v", k, j, c.Dirty(), err))
 			}
 		}
