@@ -77,8 +77,7 @@ func newScript(t testing.TB, size int) *script {
 // test).
 func newScriptOn(t testing.TB, size int, wrap func(pmem.Medium) pmem.Medium) *script {
 	t.Helper()
-	rec := pmem.NewRecorder(make([]byte, size))
-	rec.TrackStores() // for the eviction sweeps (evict_test.go)
+	rec := pmem.NewTrackingRecorder(make([]byte, size)) // eviction sweeps: evict_test.go
 	tm := newTee(rec)
 	var m pmem.Medium = tm
 	if wrap != nil {
