@@ -76,6 +76,23 @@ func stepName(s *script, i int) string {
 	return "after the last step"
 }
 
+// TestEvictions sweeps mainScript (every kind of metadata change through
+// the journal, delayed commits, orphans) over eviction images. Its
+// thousands of dirty data lines per crash point make each image costly;
+// under the race detector, which finds nothing in a sweep that runs one
+// operation at a time, it is left to TestFencesWithRecoveryCheck, which
+// runs it without the detector (and with recovery.Check) in the same
+// `go test -race ./...`.
+func TestEvictions(t *testing.T) {
+	if raceEnabled {
+		t.Skip("run without the race detector by TestFencesWithRecoveryCheck")
+	}
+	s := newScript(t, poolSize)
+	mainScript(s)
+	s.close()
+	verifyEvictions(t, s, evictSubsets)
+}
+
 // TestEvictionsSessions sweeps sessionScript (segmented sessions with
 // tree changes around them) over eviction images: the tail moves, the
 // journal commits of StartSession, finish and abandon, and the recovery
