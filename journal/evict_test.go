@@ -10,16 +10,12 @@ import (
 	"github.com/dnnfs/dnnfs/pmem"
 )
 
-// Crash images with early evictions (pmem.Recorder.Crashes): between two
-// fences any line stored or flushed since may already be on media. The
-// commit protocol must still leave every transaction whole or absent, and
-// each one whose Commit returned whole (DESIGN §Journal).
+// evictSubsets is how many eviction images each crash point gets; the
+// seed is fixed, so they are the same every run.
+const evictSubsets, evictSeed = 24, 0x6a6f75
 
-const (
-	evictSubsets = 24       // eviction images per crash point
-	evictSeed    = 0x6a6f75 // fixed: the same images every run
-	evictSpan    = 64 << 10 // the data bytes the transactions write into
-)
+// evictSpan is the data bytes the transactions write into.
+const evictSpan = 64 << 10
 
 // evictRun commits a sequence of transactions on a store-tracking
 // Recorder seen through wrap (nil: directly) and returns it with the data
@@ -78,33 +74,23 @@ func checkReplayed(img []byte, sb *format.Superblock, states [][]byte, i int) er
 // evictSweep checks the crash points of evictRun: with subsets 0 the
 // fence-only images, else that many eviction images per crash point. It
 // returns how many images it checked and the failures.
-func evictSweep(rec *pmem.Recorder, sb *format.Superblock, states [][]byte, returned []int, subsets int) (int, []string) {
-	var fails []string
-	checked := 0
+func evictSweep(rec *pmem.Recorder, sb *format.Superblock, states [][]byte, returned []int, subsets int) (int, []error) {
 	c := rec.Crashes(returned[0], evictSeed)
 	defer c.Close()
-	for ok := true; ok; ok = c.Next() {
-		k, i := c.Fence(), 0
+	return c.Sweep(subsets, func(k, _ int, img []byte) error {
+		i := 0 // commits returned by fence k
 		for i+1 < len(returned) && returned[i+1] <= k {
 			i++
 		}
-		for j := -1; j < subsets; j++ {
-			if j < 0 && subsets > 0 || j >= 0 && len(c.Evicted(j)) == 0 {
-				continue // the fence-only image, or an empty subset (the same)
-			}
-			checked++
-			img, release := c.EvictedImage(j)
-			err := checkReplayed(img, sb, states, i)
-			release()
-			if err != nil {
-				fails = append(fails, fmt.Sprintf("crash after fence %d (%d of %d dirty lines evicted, subset %d): %v",
-					k, len(c.Evicted(j)), c.Dirty(), j, err))
-			}
-		}
-	}
-	return checked, fails
+		return checkReplayed(img, sb, states, i)
+	})
 }
 
+// TestCommitEvictions checks commits on crash images with early evictions
+// (pmem.Recorder.Crashes): between two fences any line stored or flushed
+// since may already be on media. The commit protocol must still leave
+// every transaction whole or absent, and each one whose Commit returned
+// whole (DESIGN §Journal).
 func TestCommitEvictions(t *testing.T) {
 	rec, sb, states, returned := evictRun(t, nil)
 	for _, subsets := range []int{0, evictSubsets} {

@@ -245,6 +245,33 @@ func (c *Crashes) EvictedImage(j int) (img []byte, release func()) {
 	return img, func() { unix.Munmap(img) }
 }
 
+// Sweep walks on to the last fence and calls check with each crash image
+// from the current fence on: with subsets 0 the fence-only image of each
+// crash point (j = -1), else its eviction images 0 .. subsets-1 that
+// evict at least one line (an empty subset is the fence-only image). It
+// returns how many images it passed to check and the errors check
+// returned, each prefixed with where.
+func (c *Crashes) Sweep(subsets int, check func(k, j int, img []byte) error) (int, []error) {
+	var errs []error
+	n := 0
+	for ok := true; ok; ok = c.Next() {
+		for j := min(subsets, 1) - 1; j < subsets; j++ {
+			if j >= 0 && len(c.Evicted(j)) == 0 {
+				continue
+			}
+			n++
+			img, release := c.EvictedImage(j)
+			err := check(c.k, j, img)
+			release()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("crash after fence %d (%d of %d dirty lines evicted, subset %d): %w",
+					c.k, len(c.Evicted(j)), c.Dirty(), j, err))
+			}
+		}
+	}
+	return n, errs
+}
+
 // Close releases the walk's image.
 func (c *Crashes) Close() {
 	unix.Munmap(c.durable)

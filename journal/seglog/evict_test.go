@@ -123,30 +123,16 @@ func (r *tailRun) check(img []byte, min [2]uint64) error {
 
 // sweep checks every crash point from Create's return on: with subsets 0
 // the fence-only images, else that many eviction images per crash point.
-func (r *tailRun) sweep(subsets int) (int, []string) {
-	var fails []string
-	checked := 0
+func (r *tailRun) sweep(subsets int) (int, []error) {
 	c := r.rec.Crashes(r.fence[0], evictSeed)
 	defer c.Close()
-	for ok := true; ok; ok = c.Next() {
-		k, m := c.Fence(), 0
+	return c.Sweep(subsets, func(k, _ int, img []byte) error {
+		m := 0 // moves returned by fence k
 		for m+1 < len(r.fence) && r.fence[m+1] <= k {
 			m++
 		}
-		for j := -1; j < subsets; j++ {
-			if j < 0 && subsets > 0 || j >= 0 && len(c.Evicted(j)) == 0 {
-				continue // the fence-only image, or an empty subset (the same)
-			}
-			checked++
-			img, release := c.EvictedImage(j)
-			err := r.check(img, r.tails[m])
-			release()
-			if err != nil {
-				fails = append(fails, fmt.Sprintf("crash after fence %d (subset %d of %d dirty lines): %v", k, j, c.Dirty(), err))
-			}
-		}
-	}
-	return checked, fails
+		return r.check(img, r.tails[m])
+	})
 }
 
 func TestTailEvictions(t *testing.T) {

@@ -46,7 +46,7 @@ func TestFencesWithRecoveryCheck(t *testing.T) {
 		return
 	}
 	out, err := run(10*time.Minute, "test", "-tags", "dnnfs_recovery", "-count=1",
-		"-run", "^(TestFences|TestFencesSessions|TestEvictions|TestEvictionsSessions|TestFencesTables|TestFencesTierMigration|TestFencesMorePaths|TestSweepDetectsLostFlushes)$", "./tests/crashimage/")
+		"-run", "^(TestFences|TestFencesSessions|TestFencesTables|TestFencesTierMigration|TestFencesMorePaths|TestSweepDetectsLostFlushes)$", "./tests/crashimage/")
 	if err != nil {
 		t.Fatalf("fence sweep with recovery.Check on every crash image: %v\n%s", err, out)
 	}

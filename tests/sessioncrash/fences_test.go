@@ -2,7 +2,9 @@
 // sessions (DESIGN.md §Two-layer log):
 //
 //   - TestSessionEveryFence runs sessions in process on a pmem.Recorder and
-//     opens the image a crash right after every fence would leave;
+//     opens the image a crash right after every fence would leave, and
+//     images of the same crash points with lines evicted early
+//     (evict_test.go);
 //   - TestSessionCrashResume, TestReadSessionResume and TestTailIntervalSweep
 //     mount real pools, run a writer/reader process (./writer), kill -9 the
 //     daemon and resume.
