@@ -280,11 +280,11 @@ func (c *Crashes) Close() {
 	c.durable, c.cpu = nil, nil
 }
 
-// sharedImage is a memfd of size bytes and its shared mapping.
+// sharedImage is an anonymous file of size bytes and its shared mapping.
 func sharedImage(size int) (int, []byte, error) {
-	fd, err := unix.MemfdCreate("pmem-crash-image", unix.MFD_CLOEXEC)
+	fd, err := imageFile()
 	if err != nil {
-		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+		return -1, nil, err
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
