@@ -82,8 +82,9 @@ type Line struct {
 
 // Crashes walks the crash points of a Recorder that tracks stores, in
 // fence order. At position k it holds the image after fence k (Image) and
-// the lines that are dirty when fence k+1 is called, or now for the last
-// fence (stored or flushed after fence k, and different from the image).
+// the lines that are dirty when fence k+1 is called (after the last
+// fence: when the walk began): stored or flushed after fence k, and
+// different from the image.
 // An eviction image of the crash between fence k and fence k+1 is Image
 // with a subset of them laid over it (Evicted); the operations it may
 // show are those a crash right after fence k may show, plus the stores of
@@ -101,8 +102,8 @@ type Crashes struct {
 
 // Crashes starts a walk at fence from (0 <= from <= Fences()); seed fixes
 // the subsets Evicted picks. It panics unless r came from
-// NewTrackingRecorder.
-// Stores made after this call are not seen. Close it when done.
+// NewTrackingRecorder. Stores made after this call are not seen. Close it
+// when done.
 func (r *Recorder) Crashes(from int, seed uint64) *Crashes {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -231,9 +232,9 @@ func (c *Crashes) Evicted(j int) []Line {
 
 // EvictedImage returns eviction image j (negative: the fence-only image)
 // as a private copy-on-write mapping of Image: only the pages it or its
-// user writes are copied, and
-// the race detector does not shadow it, so a sweep of many images of a
-// large pool stays cheap. Call release before Next.
+// user writes are copied, and the race detector does not shadow it, so a
+// sweep of many images of a large pool stays cheap. Call release before
+// Next.
 func (c *Crashes) EvictedImage(j int) (img []byte, release func()) {
 	img, err := unix.Mmap(c.fd, 0, len(c.durable), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
 	if err != nil {
