@@ -10,17 +10,31 @@ const CacheLine = 64
 
 // Recorder is a DRAM Medium that remembers what every fence made durable,
 // so a test can rebuild what the media would hold had the machine died
-// right after fence k.
+// right after fence k (DESIGN §Persistence).
 //
-// The crash model is pessimistic: a store reaches the image only through a
-// Flush followed by a Fence. Real hardware may also write back unflushed
-// lines on its own (cache eviction), so code that is correct under the
-// Recorder is correct on media, while code that happens to survive on media
-// may still fail here. A flush copies whole cache lines, as the hardware
-// does, so stores next to a flushed range can ride along with it.
+// It models two kinds of crash image, and says nothing beyond them:
 //
-// Crashes are modelled only at fences: the flushes of one fence are applied
-// together.
+//   - Image(k), the fence-only image: a store reaches it only through a
+//     Flush followed by a Fence, and the flushes of one fence land
+//     together. Code that fails here loses or tears what a fence promised.
+//     Passing here is not enough: real hardware also writes lines back on
+//     its own (cache eviction), so a store can reach media before its
+//     flush, and a fence's flushes can land one line at a time.
+//   - From NewTrackingRecorder, the eviction images of Crashes (pebble's
+//     CrashClone idea): the image after fence k plus a random subset of
+//     the cache lines that differ from it when fence k+1 is called
+//     (stored but not flushed, or flushed but not fenced), each with the
+//     content the CPU saw at that call. This shows a commit word or a
+//     tail pointer that reached media before what it covers.
+//
+// What neither models: a crash between two stores other than at a fence
+// call, a line evicted earlier with content later overwritten (an evicted
+// line holds its content as of the crash point), and tearing inside a
+// line: a line is evicted whole. The hardware promises only that an
+// aligned 8-byte store is not torn, so code must not rely on two words of
+// one line reaching media together; these images do not catch code that
+// does. A flush copies whole cache lines, as the hardware does, so stores
+// next to a flushed range can ride along with it.
 //
 // WriteAt is a store like any other (durable once flushed and fenced);
 // Punch stores zeros and persists them (one fence), as it is durable on
@@ -31,6 +45,13 @@ type Recorder struct {
 	initial []byte   // durable image before fence 1
 	pending []span   // flushed, not yet fenced
 	fences  [][]span // fences[i] holds what fence i+1 made durable
+
+	// NewTrackingRecorder: seen is the CPU view at the last fence call,
+	// and stores[i] the lines that changed between the calls of fence i
+	// and fence i+1 (fence 0: the start, when the CPU view was initial).
+	track  bool
+	seen   []byte
+	stores [][]span
 }
 
 type span struct {
@@ -77,6 +98,9 @@ func (r *Recorder) Flush(off, n int64) error {
 func (r *Recorder) Fence() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.track {
+		r.stores = append(r.stores, changedLines(r.seen, r.buf, true))
+	}
 	r.fences = append(r.fences, r.pending)
 	r.pending = nil
 	return nil

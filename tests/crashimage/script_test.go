@@ -55,10 +55,11 @@ type script struct {
 	// Hooks of the sweeps of state the tree does not show (sessions,
 	// tables, the SSD-tier registry; ext_test.go): afterRecord runs after
 	// each step is recorded, extra checks a recovered pool against step c
-	// for a crash after fence k, recoveryWrites says Open of img will store
-	// (a session to finish or close).
+	// for a crash after fence k (evicted: an eviction image of the crash
+	// before fence k+1, evict_test.go), recoveryWrites says Open of img
+	// will store (a session to finish or close).
 	afterRecord    func()
-	extra          func(p *core.FS, k, c int) error
+	extra          func(p *core.FS, k, c int, evicted bool) error
 	recoveryWrites func(img []byte) bool
 	recrashes      atomic.Int64 // crash images inside recovery checked
 }
@@ -76,7 +77,7 @@ func newScript(t testing.TB, size int) *script {
 // test).
 func newScriptOn(t testing.TB, size int, wrap func(pmem.Medium) pmem.Medium) *script {
 	t.Helper()
-	rec := pmem.NewRecorder(make([]byte, size))
+	rec := pmem.NewTrackingRecorder(make([]byte, size)) // eviction sweeps: evict_test.go
 	tm := newTee(rec)
 	var m pmem.Medium = tm
 	if wrap != nil {

@@ -93,16 +93,18 @@ func sessionScript(x *ext) {
 	s.rmdir("/s/dir2", nil)
 }
 
-// TestFencesSessions checks every fence of sessionScript: each crash image
-// reopens, shows the session state of the last step that had returned or
-// of the one in flight, reports resume points that are neither behind the
-// tails persisted before the crash nor past the bytes that are durable,
-// and never goes back from one fence to the next.
+// TestFencesSessions checks every fence of sessionScript, and eviction
+// images of each crash point (evict_test.go): each crash image reopens,
+// shows the session state of the last step that had returned or of the
+// one in flight, reports resume points that are neither behind the tails
+// persisted before the crash nor past the bytes that are durable, and
+// (fence-only images) never goes back from one fence to the next.
 func TestFencesSessions(t *testing.T) {
 	s := newScript(t, poolSize)
 	x := newExt(s)
 	sessionScript(x)
 	x.close()
 	verifyScript(t, s, nil)
+	verifyEvictions(t, s, evictSubsets)
 	t.Cleanup(func() { x.logChecks(t) })
 }

@@ -1,7 +1,10 @@
 package crashimage_test
 
 import (
+	"fmt"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dnnfs/dnnfs/pmem"
 )
@@ -36,20 +39,38 @@ func newTee(m pmem.Medium) *tee {
 // release returns the tee's buffers to the pool of image buffers.
 func (t *tee) release() { putBuf(t.initial); t.initial = nil }
 
-// Image-sized buffers are reused: under the race detector every fresh
-// multi-megabyte allocation costs more than the checks of an image.
-var bufPool sync.Pool
+// Image-sized buffers are mapped outside the Go heap and reused: under
+// the race detector every fresh multi-megabyte allocation, and every copy
+// into Go memory, costs more than the checks of an image, and the
+// detector does not shadow memory the Go runtime did not allocate. A
+// buffer's bytes are whatever its last user left: callers overwrite it.
+var bufs struct {
+	sync.Mutex
+	free [][]byte
+}
 
 func getBuf(n int) []byte {
-	if b, ok := bufPool.Get().(*[]byte); ok && len(*b) == n {
-		return *b
+	bufs.Lock()
+	for i, b := range bufs.free {
+		if len(b) == n {
+			bufs.free = append(bufs.free[:i], bufs.free[i+1:]...)
+			bufs.Unlock()
+			return b
+		}
 	}
-	return make([]byte, n)
+	bufs.Unlock()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		panic(fmt.Sprintf("mapping a %d-byte image buffer: %v", n, err))
+	}
+	return b
 }
 
 func putBuf(b []byte) {
 	if b != nil {
-		bufPool.Put(&b)
+		bufs.Lock()
+		bufs.free = append(bufs.free, b)
+		bufs.Unlock()
 	}
 }
 

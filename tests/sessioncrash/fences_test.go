@@ -2,7 +2,9 @@
 // sessions (DESIGN.md §Two-layer log):
 //
 //   - TestSessionEveryFence runs sessions in process on a pmem.Recorder and
-//     opens the image a crash right after every fence would leave;
+//     opens the image a crash right after every fence would leave, and
+//     images of the same crash points with lines evicted early
+//     (evict_test.go);
 //   - TestSessionCrashResume, TestReadSessionResume and TestTailIntervalSweep
 //     mount real pools, run a writer/reader process (./writer), kill -9 the
 //     daemon and resume.
@@ -153,7 +155,7 @@ type script struct {
 
 func newSessionScript(t *testing.T, baseSize uint64, baseSeed uint64) *script {
 	t.Helper()
-	rec := pmem.NewRecorder(make([]byte, fencePool))
+	rec := pmem.NewTrackingRecorder(make([]byte, fencePool)) // eviction images: evict_test.go
 	tr := &tracer{Medium: rec}
 	if err := core.Format(tr, 0, 0); err != nil {
 		t.Fatalf("Format: %v", err)
@@ -904,6 +906,7 @@ func TestSessionEveryFence(t *testing.T) {
 		}
 		total.Add(int64(s.rec.Fences()))
 		s.verify()
+		s.verifyEvictions()
 	})
 	t.Run("abandon", func(t *testing.T) {
 		t.Parallel()
@@ -929,6 +932,7 @@ func TestSessionEveryFence(t *testing.T) {
 		}
 		total.Add(int64(s.rec.Fences()))
 		s.verify()
+		s.verifyEvictions()
 	})
 	t.Run("read", func(t *testing.T) {
 		t.Parallel()
@@ -940,6 +944,7 @@ func TestSessionEveryFence(t *testing.T) {
 		}
 		total.Add(int64(s.rec.Fences()))
 		s.verify()
+		s.verifyEvictions()
 	})
 	t.Cleanup(func() {
 		t.Logf("%d fences in all; recovery.Check on every image: %v", total.Load(), recoveryCheck != nil)
