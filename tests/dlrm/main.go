@@ -437,193 +437,260 @@ type point struct {
 // runPoint drives the streams open-loop for d and returns per-stream
 // results (latency measured from each request's scheduled arrival).
 func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, seed uint64) ([]streamResult, error) {
-	type inflight struct {
-		at    time.Time
-		rows  int
-		bags  int
-		check func([]float32) bool
-	}
-	type sres struct {
-		mu        sync.Mutex
-		lats      []time.Duration
-		rows      int
-		bags      int
-		errs      int
-		checked   int
-		submitted int
-		pending   map[uint64]inflight
-	}
-	results := make([]*sres, len(streams))
-	var wg, readers sync.WaitGroup
-	var firstErr atomic.Pointer[error]
-	var tagSeq atomic.Uint64
 	start := time.Now().Add(20 * time.Millisecond)
-	end := start.Add(d)
-	var files []*os.File
+	p := &pointRun{ts: ts, dim: dim, seed: seed, start: start, end: start.Add(d), stats: make([]*streamStats, len(streams))}
 	for si, s := range streams {
-		r := &sres{pending: map[uint64]inflight{}}
-		results[si] = r
-		// One request-file handle per table per stream, one reader each.
-		hs := make([]*os.File, len(ts))
-		for ti := range ts {
-			f, err := os.OpenFile(ts[ti].path+".lookup", os.O_RDWR, 0)
-			if err != nil {
-				return nil, err
-			}
-			hs[ti] = f
-			files = append(files, f)
-			readers.Add(1)
-			go func(f *os.File) {
-				defer readers.Done()
-				buf := make([]byte, 16<<20)
-				for {
-					n, err := f.Read(buf)
-					if err != nil || n == 0 {
-						return // closed, or done
-					}
-					now := time.Now()
-					res, err := client.DecodeResult(buf[:n])
-					r.mu.Lock()
-					in, ok := r.pending[res.Tag]
-					delete(r.pending, res.Tag)
-					if err != nil || !ok || res.Status != 0 {
-						r.errs++
-						r.mu.Unlock()
-						continue
-					}
-					r.lats = append(r.lats, now.Sub(in.at))
-					r.rows += in.rows
-					r.bags += in.bags
-					doCheck := in.check != nil && r.checked < 20
-					r.mu.Unlock()
-					if doCheck {
-						vals, err := res.Float32s()
-						ok := err == nil && in.check(vals)
-						r.mu.Lock()
-						r.checked++
-						if !ok {
-							r.errs++
-						}
-						r.mu.Unlock()
-					}
-				}
-			}(f)
+		r := &streamStats{pending: map[uint64]inflight{}}
+		p.stats[si] = r
+		hs, err := p.openHandles(r)
+		if err != nil {
+			return nil, err
 		}
-		wg.Add(1)
+		p.senders.Add(1)
 		go func(si int, s stream, hs []*os.File) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(si)))
-			ixs := make([]*indexer, len(ts))
-			for ti := range ts {
-				ixs[ti] = newIndexer(ts[ti].rows, s.skew, rng)
-			}
-			next := start
-			ti := 0
-			for {
-				if s.closed > 0 {
-					next = time.Now() // closed loop: arrival = submission
-				} else {
-					next = next.Add(time.Duration(rng.ExpFloat64() / s.rate * 1e9))
-				}
-				if next.After(end) {
-					return
-				}
-				if w := time.Until(next); w > 0 {
-					time.Sleep(w)
-				}
-				for s.closed > 0 {
-					r.mu.Lock()
-					n := len(r.pending)
-					r.mu.Unlock()
-					if n < s.closed || time.Now().After(end) {
-						break
-					}
-					time.Sleep(200 * time.Microsecond)
-				}
-				ti = (ti + 1) % len(ts)
-				var idx, offs []int64
-				var ws []float32
-				for b := 0; b < s.batch; b++ {
-					offs = append(offs, int64(len(idx)))
-					for k := poolingFactor(rng, s.pooling); k > 0; k-- {
-						idx = append(idx, ixs[ti].next())
-						if s.weighted {
-							ws = append(ws, float32(rng.IntN(64)+1)/64) // exact in f32: the check is tight
-						}
-					}
-				}
-				dtype := s.dtype
-				if dtype == 0 {
-					dtype = client.F32
-				}
-				tag := tagSeq.Add(1)
-				req, err := client.EncodeLookup(tag, s.mode, dtype, idx, offs, ws)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-				tab := ti
-				check := func(v []float32) bool {
-					if len(v) != len(offs)*dim {
-						return false
-					}
-					for i := 0; i < dim; i += 17 {
-						var want float64
-						end := len(idx)
-						if len(offs) > 1 {
-							end = int(offs[1])
-						}
-						for k := 0; k < end; k++ {
-							w := 1.0
-							if ws != nil {
-								w = float64(ws[k])
-							}
-							want += w * float64(value(tab, int(idx[k]), i))
-						}
-						if s.mode == client.Mean {
-							want /= float64(end)
-						}
-						if math.Abs(float64(v[i])-want) > 1e-3*(1+math.Abs(want)) {
-							return false
-						}
-					}
-					return true
-				}
-				r.mu.Lock()
-				r.pending[tag] = inflight{at: next, rows: len(idx), bags: len(offs), check: check}
-				r.submitted++
-				r.mu.Unlock()
-				if _, err := hs[ti].Write(req); err != nil {
-					if errors.Is(err, syscall.EAGAIN) {
-						r.mu.Lock()
-						delete(r.pending, tag)
-						r.errs++
-						r.mu.Unlock()
-						continue
-					}
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-			}
+			defer p.senders.Done()
+			p.send(si, s, r, hs)
 		}(si, s, hs)
 	}
 	if os.Getenv("DLRM_DEBUG") != "" {
-		go func() {
-			for {
-				time.Sleep(time.Second)
-				for si, r := range results {
-					r.mu.Lock()
-					fmt.Fprintf(os.Stderr, "debug: stream %d submitted %d completed %d pending %d errs %d\n", si, r.submitted, len(r.lats), len(r.pending), r.errs)
-					r.mu.Unlock()
-				}
-			}
-		}()
+		go p.debugLog()
 	}
-	wg.Wait()
-	// Completions after the end still count toward latency (they were
-	// offered in the window) but not toward throughput past a grace time.
+	p.senders.Wait()
+	elapsed := p.drain()
+	p.closeHandles()
+	if e := p.firstErr.Load(); e != nil {
+		return nil, *e
+	}
+	var out []streamResult
+	for si, s := range streams {
+		out = append(out, p.stats[si].result(s, elapsed))
+	}
+	return out, nil
+}
+
+// pointRun is one runPoint under way: what its streams share.
+type pointRun struct {
+	ts         []table
+	dim        int
+	seed       uint64
+	start, end time.Time
+	stats      []*streamStats
+	files      []*os.File // every request-file handle, closed at the end
+	senders    sync.WaitGroup
+	readers    sync.WaitGroup
+	firstErr   atomic.Pointer[error]
+	tagSeq     atomic.Uint64
+}
+
+// inflight is a submitted request awaiting its result.
+type inflight struct {
+	at    time.Time // scheduled arrival
+	rows  int
+	bags  int
+	check func([]float32) bool
+}
+
+// streamStats is one stream's counters, shared by its sender and readers.
+type streamStats struct {
+	mu        sync.Mutex
+	lats      []time.Duration
+	rows      int
+	bags      int
+	errs      int
+	checked   int
+	submitted int
+	pending   map[uint64]inflight
+}
+
+// openHandles opens one request-file handle per table for a stream and
+// starts its reader.
+func (p *pointRun) openHandles(r *streamStats) ([]*os.File, error) {
+	hs := make([]*os.File, len(p.ts))
+	for ti := range p.ts {
+		f, err := os.OpenFile(p.ts[ti].path+".lookup", os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		hs[ti] = f
+		p.files = append(p.files, f)
+		p.readers.Add(1)
+		go func(f *os.File) {
+			defer p.readers.Done()
+			r.read(f)
+		}(f)
+	}
+	return hs, nil
+}
+
+// read collects the results of handle f until it is closed, checking
+// the first 20 of the stream's against the tables' known values.
+func (r *streamStats) read(f *os.File) {
+	buf := make([]byte, 16<<20)
+	for {
+		n, err := f.Read(buf)
+		if err != nil || n == 0 {
+			return // closed, or done
+		}
+		now := time.Now()
+		res, err := client.DecodeResult(buf[:n])
+		r.mu.Lock()
+		in, ok := r.pending[res.Tag]
+		delete(r.pending, res.Tag)
+		if err != nil || !ok || res.Status != 0 {
+			r.errs++
+			r.mu.Unlock()
+			continue
+		}
+		r.lats = append(r.lats, now.Sub(in.at))
+		r.rows += in.rows
+		r.bags += in.bags
+		doCheck := in.check != nil && r.checked < 20
+		r.mu.Unlock()
+		if doCheck {
+			vals, err := res.Float32s()
+			ok := err == nil && in.check(vals)
+			r.mu.Lock()
+			r.checked++
+			if !ok {
+				r.errs++
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// send submits stream s's requests until the point's end, the tables in
+// turn, at Poisson arrivals (or, closed-loop, as answers free a slot).
+func (p *pointRun) send(si int, s stream, r *streamStats, hs []*os.File) {
+	rng := rand.New(rand.NewPCG(p.seed, uint64(si)))
+	ixs := make([]*indexer, len(p.ts))
+	for ti := range p.ts {
+		ixs[ti] = newIndexer(p.ts[ti].rows, s.skew, rng)
+	}
+	next := p.start
+	ti := 0
+	for {
+		if s.closed > 0 {
+			next = time.Now() // closed loop: arrival = submission
+		} else {
+			next = next.Add(time.Duration(rng.ExpFloat64() / s.rate * 1e9))
+		}
+		if next.After(p.end) {
+			return
+		}
+		if w := time.Until(next); w > 0 {
+			time.Sleep(w)
+		}
+		p.waitSlot(s, r)
+		ti = (ti + 1) % len(p.ts)
+		idx, offs, ws := lookupBags(rng, ixs[ti], s)
+		dtype := s.dtype
+		if dtype == 0 {
+			dtype = client.F32
+		}
+		tag := p.tagSeq.Add(1)
+		req, err := client.EncodeLookup(tag, s.mode, dtype, idx, offs, ws)
+		if err != nil {
+			p.firstErr.CompareAndSwap(nil, &err)
+			return
+		}
+		check := lookupCheck(ti, p.dim, s.mode, idx, offs, ws)
+		r.mu.Lock()
+		r.pending[tag] = inflight{at: next, rows: len(idx), bags: len(offs), check: check}
+		r.submitted++
+		r.mu.Unlock()
+		if _, err := hs[ti].Write(req); err != nil {
+			if errors.Is(err, syscall.EAGAIN) {
+				r.mu.Lock()
+				delete(r.pending, tag)
+				r.errs++
+				r.mu.Unlock()
+				continue
+			}
+			p.firstErr.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}
+
+// waitSlot holds a closed-loop stream until fewer than s.closed of its
+// requests are in flight, or the point is over.
+func (p *pointRun) waitSlot(s stream, r *streamStats) {
+	for s.closed > 0 {
+		r.mu.Lock()
+		n := len(r.pending)
+		r.mu.Unlock()
+		if n < s.closed || time.Now().After(p.end) {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// lookupBags draws one request's bags: s.batch bags of a pooling factor
+// of rows each, with weights for a weighted stream.
+func lookupBags(rng *rand.Rand, ix *indexer, s stream) (idx, offs []int64, ws []float32) {
+	for b := 0; b < s.batch; b++ {
+		offs = append(offs, int64(len(idx)))
+		for k := poolingFactor(rng, s.pooling); k > 0; k-- {
+			idx = append(idx, ix.next())
+			if s.weighted {
+				ws = append(ws, float32(rng.IntN(64)+1)/64) // exact in f32: the check is tight
+			}
+		}
+	}
+	return idx, offs, ws
+}
+
+// lookupCheck checks a result's first bag, every 17th value, against the
+// table's known values.
+func lookupCheck(tab, dim int, mode client.Mode, idx, offs []int64, ws []float32) func([]float32) bool {
+	return func(v []float32) bool {
+		if len(v) != len(offs)*dim {
+			return false
+		}
+		for i := 0; i < dim; i += 17 {
+			var want float64
+			end := len(idx)
+			if len(offs) > 1 {
+				end = int(offs[1])
+			}
+			for k := 0; k < end; k++ {
+				w := 1.0
+				if ws != nil {
+					w = float64(ws[k])
+				}
+				want += w * float64(value(tab, int(idx[k]), i))
+			}
+			if mode == client.Mean {
+				want /= float64(end)
+			}
+			if math.Abs(float64(v[i])-want) > 1e-3*(1+math.Abs(want)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// debugLog prints every stream's counters once a second (DLRM_DEBUG).
+func (p *pointRun) debugLog() {
+	for {
+		time.Sleep(time.Second)
+		for si, r := range p.stats {
+			r.mu.Lock()
+			fmt.Fprintf(os.Stderr, "debug: stream %d submitted %d completed %d pending %d errs %d\n", si, r.submitted, len(r.lats), len(r.pending), r.errs)
+			r.mu.Unlock()
+		}
+	}
+}
+
+// drain waits for the requests still in flight and returns the time the
+// point took. Completions after the end still count toward latency (they
+// were offered in the window) but not toward throughput past a grace time.
+func (p *pointRun) drain() time.Duration {
 	grace := time.Now().Add(2 * time.Second)
-	for _, r := range results {
+	for _, r := range p.stats {
 		for {
 			r.mu.Lock()
 			n := len(r.pending)
@@ -634,8 +701,13 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	elapsed := time.Since(start)
-	for _, f := range files {
+	return time.Since(p.start)
+}
+
+// closeHandles closes every handle and waits (10 s at most) for the
+// readers to see it.
+func (p *pointRun) closeHandles() {
+	for _, f := range p.files {
 		// A close() of any descriptor of the handle wakes its blocked
 		// reader with EOF; Go defers f.Close's close(2) until the Read
 		// returns, so close a duplicate first.
@@ -645,43 +717,39 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 		f.Close()
 	}
 	done := make(chan struct{})
-	go func() { readers.Wait(); close(done) }()
+	go func() { p.readers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
-	if e := firstErr.Load(); e != nil {
-		return nil, *e
+}
+
+// result is stream s's rates and latency quantiles over elapsed.
+func (r *streamStats) result(s stream, elapsed time.Duration) streamResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sr := streamResult{Name: s.name, Batch: s.batch, Skew: s.skew.name, Offered: s.rate, Completed: len(r.lats),
+		Errors: r.errs, Checked: r.checked, Backlog: len(r.pending)}
+	sr.Achieved = float64(len(r.lats)) / elapsed.Seconds()
+	sr.RowsPerS = float64(r.rows) / elapsed.Seconds()
+	sr.BagsPerS = float64(r.bags) / elapsed.Seconds()
+	if len(r.lats) > 0 {
+		sr.MeanRows = float64(r.rows) / float64(len(r.lats))
 	}
-	var out []streamResult
-	for si, s := range streams {
-		r := results[si]
-		r.mu.Lock()
-		sr := streamResult{Name: s.name, Batch: s.batch, Skew: s.skew.name, Offered: s.rate, Completed: len(r.lats),
-			Errors: r.errs, Checked: r.checked, Backlog: len(r.pending)}
-		sr.Achieved = float64(len(r.lats)) / elapsed.Seconds()
-		sr.RowsPerS = float64(r.rows) / elapsed.Seconds()
-		sr.BagsPerS = float64(r.bags) / elapsed.Seconds()
-		if len(r.lats) > 0 {
-			sr.MeanRows = float64(r.rows) / float64(len(r.lats))
-		}
-		// Requests never answered count as slow as the window.
-		for range r.pending {
-			r.lats = append(r.lats, elapsed)
-		}
-		sort.Slice(r.lats, func(i, j int) bool { return r.lats[i] < r.lats[j] })
-		q := func(p float64) float64 {
-			if len(r.lats) == 0 {
-				return 0
-			}
-			return float64(r.lats[min(len(r.lats)-1, int(p*float64(len(r.lats))))]) / 1e3
-		}
-		sr.P50us, sr.P99us, sr.P999us = q(0.5), q(0.99), q(0.999)
-		sr.Saturated = sr.Achieved < 0.9*s.rate || len(r.pending) > 0
-		r.mu.Unlock()
-		out = append(out, sr)
+	// Requests never answered count as slow as the window.
+	for range r.pending {
+		r.lats = append(r.lats, elapsed)
 	}
-	return out, nil
+	sort.Slice(r.lats, func(i, j int) bool { return r.lats[i] < r.lats[j] })
+	q := func(p float64) float64 {
+		if len(r.lats) == 0 {
+			return 0
+		}
+		return float64(r.lats[min(len(r.lats)-1, int(p*float64(len(r.lats))))]) / 1e3
+	}
+	sr.P50us, sr.P99us, sr.P999us = q(0.5), q(0.99), q(0.999)
+	sr.Saturated = sr.Achieved < 0.9*s.rate || len(r.pending) > 0
+	return sr
 }
 
 // ---------------------------------------------------------------------
