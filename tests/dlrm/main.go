@@ -857,59 +857,27 @@ func run(c config) error {
 		return err
 	}
 	defer os.RemoveAll(c.work)
-	var ssd []string
-	for i := 0; i < c.devices; i++ {
-		d := filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
-		os.Mkdir(d, 0o755)
-		ssd = append(ssd, d)
-	}
-	if out, err := exec.Command(c.bin, "mkfs", "--pool", filepath.Join(c.work, "pool"), "--size", "256MiB").CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs: %v: %s", err, out)
+	ssd, err := makeDevices(c)
+	if err != nil {
+		return err
 	}
 	rep := report{When: time.Now().UTC().Format(time.RFC3339), Compare: map[string]float64{}, Fill: map[string]float64{},
 		Config: map[string]any{"tables": len(criteoRows), "cap": c.cap, "dim": c.dim, "dtype": "f32", "devices": c.devices,
 			"model": c.model, "point": c.point.String(), "quick": c.quick, "cpus": nproc()}}
 	ts := c.tables("emb")
-	var totalRows int
-	for _, t := range ts {
-		totalRows += t.rows
-	}
-	rep.Config["total_rows"] = totalRows
-	rep.Config["total_bytes"] = totalRows * c.dim * 4
-	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "dlrm: "+f+"\n", a...) }
+	rep.Config["total_rows"] = sumRows(ts)
+	rep.Config["total_bytes"] = sumRows(ts) * c.dim * 4
 
 	// Fill under a native (unthrottled) mount.
 	m, err := c.mountWith()
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	if err := fill(m, ts, c.dim, "f32"); err != nil {
+	hts, err := fillAll(c, m, ts, &rep)
+	if err != nil {
 		m.stop()
 		return err
 	}
-	fillS := time.Since(t0).Seconds()
-	rep.Fill["seconds"] = fillS
-	rep.Fill["MiB_s"] = float64(totalRows*c.dim*4) / (1 << 20) / fillS
-	logf("filled %d tables, %d rows (%.1f GiB) in %.1fs", len(ts), totalRows, float64(totalRows*c.dim*4)/(1<<30), fillS)
-	for i := range ts {
-		ts[i].path = filepath.Join(m.mnt, ts[i].name)
-	}
-	// The heavy compute load's tables: the same row counts, f16, dim 128.
-	var hts []table
-	if strings.Contains(c.computeLoads, "heavy") {
-		hts = c.tables("mh")
-		t0 := time.Now()
-		if err := fill(m, hts, heavyDim, "f16"); err != nil {
-			m.stop()
-			return err
-		}
-		for i := range hts {
-			hts[i].path = filepath.Join(m.mnt, hts[i].name)
-		}
-		logf("filled %d f16 tables, dim %d, in %.1fs", len(hts), heavyDim, time.Since(t0).Seconds())
-	}
-
 	if c.computeOnly {
 		m.stop()
 		if err := computePhase(c, ts, hts, &rep, logf); err != nil {
@@ -918,126 +886,19 @@ func run(c config) error {
 		rep.Commands = []string{strings.Join(os.Args, " ")}
 		return writeReport(c, rep)
 	}
-
-	// 1. Request file vs per-row preads vs the backing files (native devices).
-	threads := 8
-	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	ceiling, err := rowReads(ts, c.dim, threads, c.point, true, ssd)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	m.resetStats()
-	// Closed-ish loop through the request file: high offered rate of
-	// batch-64 gathers; throughput is what completes.
-	sat, err := runPoint(m, ts, c.dim, []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}}, c.point, c.seed)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	st := m.status()
-	rep.Compare["rows_s_request_file"] = sat[0].RowsPerS
-	rep.Compare["rows_s_pread_per_row"] = perRow
-	rep.Compare["rows_s_backing_direct"] = ceiling
-	rep.Compare["request_file_over_pread"] = sat[0].RowsPerS / perRow
-	rep.Compare["request_file_over_ceiling"] = sat[0].RowsPerS / ceiling
-	rep.Compare["read_amplification_uniform_b64"] = st.ReadAmp
-	rep.Points = append(rep.Points, point{Label: "native: request file, batch 64 sum, 32 in flight", Sched: "size", Streams: sat, Server: st})
-	logf("native: request file %.0f rows/s, per-row pread %.0f rows/s, backing direct %.0f rows/s", sat[0].RowsPerS, perRow, ceiling)
+	err = nativePaths(c, m, ts, ssd, &rep)
 	m.stop()
-
+	if err != nil {
+		return err
+	}
 	// 2. Device models: sweeps, skew, mixed small/large, size vs fifo.
+	// The size scheduler's run measures the capacity the fifo one's
+	// rates are set from.
 	var capRows float64
 	for _, sched := range []string{"size", "fifo"} {
-		m, err := c.mountWith("--sched", sched)
-		if err != nil {
+		if err := schedulerPoints(c, sched, ts, &rep, &capRows); err != nil {
 			return err
 		}
-		m.stop()
-		m.withModel(c.model)
-		if err := m.start(); err != nil {
-			return err
-		}
-		pt := func(label string, ss []stream) ([]streamResult, error) {
-			m.drain()
-			m.resetStats()
-			res, err := runPoint(m, ts, c.dim, ss, c.point, c.seed)
-			if err != nil {
-				return nil, err
-			}
-			st := m.status()
-			rep.Points = append(rep.Points, point{Label: label, Sched: sched, Streams: res, Server: st})
-			var parts []string
-			for _, r := range res {
-				parts = append(parts, fmt.Sprintf("%s %.0f/%.0f req/s p99 %.0fus", r.Name, r.Achieved, r.Offered, r.P99us))
-			}
-			logf("%s %s: %s", sched, label, strings.Join(parts, "; "))
-			return res, nil
-		}
-		if sched == "size" {
-			// Capacity: batch-64 lookups offered far beyond what the
-			// devices serve; what completes is the saturation rate.
-			res, err := pt("calibrate: batch 64, 32 in flight", []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}})
-			if err != nil {
-				m.stop()
-				return err
-			}
-			capRows = res[0].RowsPerS
-			rep.Compare["capacity_rows_s_model"] = capRows
-			logf("capacity under the device model: %.0f rows/s", capRows)
-			// Saturation sweeps per batch size (uniform), then skews.
-			for _, b := range []int{1, 4, 16, 64} {
-				rate := 0.25 * capRows / (15 * float64(b))
-				for k := 0; k < 6; k++ {
-					res, err := pt(fmt.Sprintf("sweep batch %d", b), []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: rate, skew: skew{"uniform", 0}, mode: client.Sum}})
-					if err != nil {
-						m.stop()
-						return err
-					}
-					if res[0].Saturated {
-						break
-					}
-					rate *= 1.5
-				}
-			}
-			for _, sk := range []skew{{"zipf1.05", 1.05}, {"zipf1.09", 1.09}, {"zipf1.15", 1.15}} {
-				for _, b := range []int{4, 64} {
-					if _, err := pt("skew "+sk.name, []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: 0.5 * capRows / (15 * float64(b)), skew: sk, mode: client.Sum}}); err != nil {
-						m.stop()
-						return err
-					}
-				}
-			}
-		}
-		// Small alone, then small under a saturating large load.
-		// Small requests at 30% of capacity alone; then with large ones
-		// offering 100% more: the devices are saturated.
-		small := stream{name: "small b4", batch: 4, rate: 0.3 * capRows / 60, skew: skew{"uniform", 0}, mode: client.Sum}
-		large := stream{name: "large b64", batch: 64, rate: 1.0 * capRows / 960, skew: skew{"uniform", 0}, mode: client.Sum}
-		alone, err := pt("small alone", []stream{small})
-		if err != nil {
-			m.stop()
-			return err
-		}
-		mixed, err := pt("small + large", []stream{small, large})
-		if err != nil {
-			m.stop()
-			return err
-		}
-		rep.Compare["small_p99_alone_us_"+sched] = alone[0].P99us
-		rep.Compare["small_p99_mixed_us_"+sched] = mixed[0].P99us
-		rep.Compare["small_p99_mixed_over_alone_"+sched] = mixed[0].P99us / alone[0].P99us
-		rep.Compare["mixed_rows_s_"+sched] = mixed[0].RowsPerS + mixed[1].RowsPerS
-		st := rep.Points[len(rep.Points)-1].Server
-		if len(st.Classes) > 0 {
-			rep.Compare["server_small_queue_p99_us_"+sched] = st.Classes[0].Queue.P99
-			rep.Compare["server_small_service_p99_us_"+sched] = st.Classes[0].Service.P99
-		}
-		m.stop()
 	}
 	// 3. The compute stage: the reduction on the loaders vs on elements.
 	if err := computePhase(c, ts, hts, &rep, logf); err != nil {
@@ -1051,6 +912,213 @@ func run(c config) error {
 	}
 	rep.Commands = []string{strings.Join(os.Args, " ")}
 	return writeReport(c, rep)
+}
+
+func logf(f string, a ...any) { fmt.Fprintf(os.Stderr, "dlrm: "+f+"\n", a...) }
+
+func sumRows(ts []table) int {
+	var n int
+	for _, t := range ts {
+		n += t.rows
+	}
+	return n
+}
+
+// makeDevices makes the SSD-tier directories and the pool under c.work.
+func makeDevices(c config) ([]string, error) {
+	var ssd []string
+	for i := 0; i < c.devices; i++ {
+		d := filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
+		os.Mkdir(d, 0o755)
+		ssd = append(ssd, d)
+	}
+	if out, err := exec.Command(c.bin, "mkfs", "--pool", filepath.Join(c.work, "pool"), "--size", "256MiB").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mkfs: %v: %s", err, out)
+	}
+	return ssd, nil
+}
+
+// fillAll fills the tables ts through mount m, timing it, then, when the
+// heavy compute load runs, its tables (the same row counts, f16, dim
+// 128), which it returns.
+func fillAll(c config, m *mount, ts []table, rep *report) ([]table, error) {
+	totalRows := sumRows(ts)
+	t0 := time.Now()
+	if err := fill(m, ts, c.dim, "f32"); err != nil {
+		return nil, err
+	}
+	fillS := time.Since(t0).Seconds()
+	rep.Fill["seconds"] = fillS
+	rep.Fill["MiB_s"] = float64(totalRows*c.dim*4) / (1 << 20) / fillS
+	logf("filled %d tables, %d rows (%.1f GiB) in %.1fs", len(ts), totalRows, float64(totalRows*c.dim*4)/(1<<30), fillS)
+	for i := range ts {
+		ts[i].path = filepath.Join(m.mnt, ts[i].name)
+	}
+	var hts []table
+	if strings.Contains(c.computeLoads, "heavy") {
+		hts = c.tables("mh")
+		t0 := time.Now()
+		if err := fill(m, hts, heavyDim, "f16"); err != nil {
+			return nil, err
+		}
+		for i := range hts {
+			hts[i].path = filepath.Join(m.mnt, hts[i].name)
+		}
+		logf("filled %d f16 tables, dim %d, in %.1fs", len(hts), heavyDim, time.Since(t0).Seconds())
+	}
+	return hts, nil
+}
+
+// nativePaths is part 1: the request file vs per-row preads vs the
+// backing files, on the native devices of mount m.
+func nativePaths(c config, m *mount, ts []table, ssd []string, rep *report) error {
+	threads := 8
+	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
+	if err != nil {
+		return err
+	}
+	ceiling, err := rowReads(ts, c.dim, threads, c.point, true, ssd)
+	if err != nil {
+		return err
+	}
+	m.resetStats()
+	// Closed-ish loop through the request file: high offered rate of
+	// batch-64 gathers; throughput is what completes.
+	sat, err := runPoint(m, ts, c.dim, []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}}, c.point, c.seed)
+	if err != nil {
+		return err
+	}
+	st := m.status()
+	rep.Compare["rows_s_request_file"] = sat[0].RowsPerS
+	rep.Compare["rows_s_pread_per_row"] = perRow
+	rep.Compare["rows_s_backing_direct"] = ceiling
+	rep.Compare["request_file_over_pread"] = sat[0].RowsPerS / perRow
+	rep.Compare["request_file_over_ceiling"] = sat[0].RowsPerS / ceiling
+	rep.Compare["read_amplification_uniform_b64"] = st.ReadAmp
+	rep.Points = append(rep.Points, point{Label: "native: request file, batch 64 sum, 32 in flight", Sched: "size", Streams: sat, Server: st})
+	logf("native: request file %.0f rows/s, per-row pread %.0f rows/s, backing direct %.0f rows/s", sat[0].RowsPerS, perRow, ceiling)
+	return nil
+}
+
+// schedPoints is part 2's points under one scheduler, on a mount with
+// the device model.
+type schedPoints struct {
+	c     config
+	m     *mount
+	sched string
+	ts    []table
+	rep   *report
+}
+
+// schedulerPoints mounts with scheduler sched and the device model and
+// runs its points; the size scheduler's also measure the capacity
+// (*capRows) and sweep the batch sizes and skews.
+func schedulerPoints(c config, sched string, ts []table, rep *report, capRows *float64) error {
+	m, err := c.mountWith("--sched", sched)
+	if err != nil {
+		return err
+	}
+	m.stop()
+	m.withModel(c.model)
+	if err := m.start(); err != nil {
+		return err
+	}
+	defer m.stop()
+	s := &schedPoints{c: c, m: m, sched: sched, ts: ts, rep: rep}
+	if sched == "size" {
+		if *capRows, err = s.calibrate(); err != nil {
+			return err
+		}
+		if err := s.sweeps(*capRows); err != nil {
+			return err
+		}
+	}
+	return s.smallUnderLarge(*capRows)
+}
+
+// pt runs one point with streams ss and records it under label.
+func (s *schedPoints) pt(label string, ss []stream) ([]streamResult, error) {
+	s.m.drain()
+	s.m.resetStats()
+	res, err := runPoint(s.m, s.ts, s.c.dim, ss, s.c.point, s.c.seed)
+	if err != nil {
+		return nil, err
+	}
+	st := s.m.status()
+	s.rep.Points = append(s.rep.Points, point{Label: label, Sched: s.sched, Streams: res, Server: st})
+	var parts []string
+	for _, r := range res {
+		parts = append(parts, fmt.Sprintf("%s %.0f/%.0f req/s p99 %.0fus", r.Name, r.Achieved, r.Offered, r.P99us))
+	}
+	logf("%s %s: %s", s.sched, label, strings.Join(parts, "; "))
+	return res, nil
+}
+
+// calibrate returns the capacity, in rows/s: batch-64 lookups offered
+// far beyond what the devices serve; what completes is the saturation
+// rate.
+func (s *schedPoints) calibrate() (float64, error) {
+	res, err := s.pt("calibrate: batch 64, 32 in flight", []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}})
+	if err != nil {
+		return 0, err
+	}
+	capRows := res[0].RowsPerS
+	s.rep.Compare["capacity_rows_s_model"] = capRows
+	logf("capacity under the device model: %.0f rows/s", capRows)
+	return capRows, nil
+}
+
+// sweeps raises the rate of each batch size (uniform) until it
+// saturates, then runs the skews.
+func (s *schedPoints) sweeps(capRows float64) error {
+	for _, b := range []int{1, 4, 16, 64} {
+		rate := 0.25 * capRows / (15 * float64(b))
+		for k := 0; k < 6; k++ {
+			res, err := s.pt(fmt.Sprintf("sweep batch %d", b), []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: rate, skew: skew{"uniform", 0}, mode: client.Sum}})
+			if err != nil {
+				return err
+			}
+			if res[0].Saturated {
+				break
+			}
+			rate *= 1.5
+		}
+	}
+	for _, sk := range []skew{{"zipf1.05", 1.05}, {"zipf1.09", 1.09}, {"zipf1.15", 1.15}} {
+		for _, b := range []int{4, 64} {
+			if _, err := s.pt("skew "+sk.name, []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: 0.5 * capRows / (15 * float64(b)), skew: sk, mode: client.Sum}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// smallUnderLarge runs small requests alone, then under a saturating
+// large load. Small requests at 30% of capacity alone; then with large
+// ones offering 100% more: the devices are saturated.
+func (s *schedPoints) smallUnderLarge(capRows float64) error {
+	small := stream{name: "small b4", batch: 4, rate: 0.3 * capRows / 60, skew: skew{"uniform", 0}, mode: client.Sum}
+	large := stream{name: "large b64", batch: 64, rate: 1.0 * capRows / 960, skew: skew{"uniform", 0}, mode: client.Sum}
+	alone, err := s.pt("small alone", []stream{small})
+	if err != nil {
+		return err
+	}
+	mixed, err := s.pt("small + large", []stream{small, large})
+	if err != nil {
+		return err
+	}
+	rep, sched := s.rep, s.sched
+	rep.Compare["small_p99_alone_us_"+sched] = alone[0].P99us
+	rep.Compare["small_p99_mixed_us_"+sched] = mixed[0].P99us
+	rep.Compare["small_p99_mixed_over_alone_"+sched] = mixed[0].P99us / alone[0].P99us
+	rep.Compare["mixed_rows_s_"+sched] = mixed[0].RowsPerS + mixed[1].RowsPerS
+	st := rep.Points[len(rep.Points)-1].Server
+	if len(st.Classes) > 0 {
+		rep.Compare["server_small_queue_p99_us_"+sched] = st.Classes[0].Queue.P99
+		rep.Compare["server_small_service_p99_us_"+sched] = st.Classes[0].Service.P99
+	}
+	return nil
 }
 
 func nproc() int {
