@@ -179,15 +179,23 @@ func ratioText(r *Ratio, format string) string {
 }
 
 // clusterSection writes section 5 (or, for the paced rounds, 5b) under
-// heading: the layout, the table, the sources.
+// heading: the method, the two tables (rates, then where the chunks came
+// from) and the commands.
 func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading string) {
 	if res == nil {
 		return
 	}
+	fmt.Fprintf(w, "%s\n\n", heading)
+	b.clusterMethod(w, res.Layout)
+	clusterRates(w, res)
+	clusterSources(w, res)
+	clusterCommands(w, res)
+}
+
+// clusterMethod says what ran where and how each round measures.
+func (b *Bench) clusterMethod(w *strings.Builder, lay clusterLayout) {
 	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	lay := res.Layout
 	file := sizeName(lay.FileBytes)
-	pr("%s\n\n", heading)
 	pr("DESIGN.md §Cluster: a %s checkpoint written on one node, loaded by 1, 2 and 4 others, against plain reads of the same S3 objects with a maintained client (rclone). Goal: the second and later readers at ≥ 2× the S3-only rate, and S3 bytes ≈ 1× the file size in all, not 1× per reader (section 4's goal table).\n\n", file)
 	pr("**Layout, all on this machine.** One etcd member (%s, %s) and one versitygw S3 server (%s, posix backend, its data directory `%s` on the disk), started by the driver and stopped by the pids it started. ",
 		lay.Etcd, lay.EtcdVersion, lay.S3Version, lay.S3Dir)
@@ -211,7 +219,13 @@ func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading 
 		pr("The S3 server's files are likely in the page cache for both (written minutes before), and the server is on this machine, reached over loopback: S3 here answers at memory speed, far faster than a store across a network, the case most favourable to the S3-only reads (the goal is about a remote store, where a GET costs much more than a peer's read; `-cluster-s3-mibps` emulates one). ")
 	}
 	pr("dnnfs / S3-only compares each row's mean MiB/s per reader with the S3-only readers' at the same number of readers at once. Writing and committing the file on the writer: %s MiB/s.\n\n", joinRates(lay.WriteMiBps))
+}
 
+// clusterRates is the table of read rates and S3 bytes, dnnfs against S3
+// alone, one row per reader arrangement.
+func clusterRates(w *strings.Builder, res *clusterResults) {
+	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	lay := res.Layout
 	rows := clusterRows()
 	pr("| readers | dnnfs MiB/s per reader (mean; slowest–fastest reader) | S3-only MiB/s per reader (rclone) | dnnfs / S3-only | S3 bytes per reader | S3 bytes in all / file size |\n|---|---:|---:|---:|---:|---:|\n")
 	runs := res.runs()
@@ -248,6 +262,12 @@ func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading 
 		pr("| %s | %s | %s | %s | %s | %s |\n", row.Label, dn, s3o, ratioText(res.speedup(row), "%.2f×"), s3b, ratioText(res.s3Share(row), "%.2f×"))
 	}
 	pr("\n")
+}
+
+// clusterSources is the table of where the rows' chunks came from.
+func clusterSources(w *strings.Builder, res *clusterResults) {
+	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	rows, runs := clusterRows(), res.runs()
 	pr("Where the chunks came from: the fetch counters of the row's nodes (`fetch` in `dnnfs status --json`, read after the round, so a staggered round's home fills made while reader 1 read count on readers 2–4), summed over the row's readers, median over the runs, as multiples of the file size. **local** = already in the node's pool, **peer** = from a node holding the chunk, **home** = from the chunk's home node (which fills it from S3 once for all askers), **S3** = from S3 by the node itself: as the chunk's home, for its own reads and for the others'.\n\n")
 	pr("| readers | local | peer | home | S3 | S3 GETs (all nodes of the round) |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, row := range rows {
@@ -278,6 +298,12 @@ func (b *Bench) clusterSection(w *strings.Builder, res *clusterResults, heading 
 		pr("| %s | %s | %s | %s | %s | %.0f |\n", row.Label, x(l), x(p), x(h), x(s), median(gets))
 	}
 	pr("\n")
+}
+
+// clusterCommands shows one reader's mount, one reader's fio and rclone.
+func clusterCommands(w *strings.Builder, res *clusterResults) {
+	pr := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	lay := res.Layout
 	pr("The file has %d chunks of %s. Commands: one reader's mount (credentials in `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`):\n\n```sh\n%s\n", (lay.FileBytes+lay.ChunkBytes-1)/lay.ChunkBytes, sizeName(lay.ChunkBytes), lay.MountCmd)
 	for _, r := range res.Rounds {
 		if r.Variant != "s3only" && len(r.Reader) > 0 && r.Reader[0].Cmd != "" {

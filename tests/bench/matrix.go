@@ -16,32 +16,7 @@ var (
 // read cold and warm. only, when set, restricts it to those configuration
 // ids (profiling).
 func (b *Bench) runMatrix(ctx context.Context, s *System, run int, only map[string]bool) error {
-	want := func(c Config) bool { return only == nil || only[c.ID] }
-	p := b.p
-	var groups []group
-	var files []fileSpec
-	seen := map[string]bool{}
-	for _, g := range p.Groups {
-		used := false
-		for _, bs := range p.Blocks {
-			for _, rw := range writeOps {
-				used = used || want(fioConfig(g, bs, rw, ""))
-			}
-			for _, rw := range readOps {
-				used = used || want(fioConfig(g, bs, rw, "cold")) || want(fioConfig(g, bs, rw, "warm"))
-			}
-		}
-		if !used {
-			continue
-		}
-		groups = append(groups, g)
-		for _, f := range p.matrixFiles(g) {
-			if !seen[f.Name] {
-				seen[f.Name] = true
-				files = append(files, f)
-			}
-		}
-	}
+	groups, files := b.matrixGroups(only)
 	if len(groups) == 0 {
 		return nil
 	}
@@ -60,12 +35,61 @@ func (b *Bench) runMatrix(ctx context.Context, s *System, run int, only map[stri
 	if err := writeFiles(ctx, s.dir, files); err != nil {
 		return fmt.Errorf("preparing the matrix files: %w", err)
 	}
+	if err := b.matrixWrites(ctx, s, run, groups, only); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		for _, rw := range readOps {
+			if err := b.matrixReads(ctx, s, run, g, rw, only); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
+// wanted says whether configuration c is in only (nil: every one is).
+func wanted(only map[string]bool, c Config) bool { return only == nil || only[c.ID] }
+
+// matrixGroups returns the groups (jobs and layout) with a configuration
+// in only, and their files, each once.
+func (b *Bench) matrixGroups(only map[string]bool) ([]group, []fileSpec) {
+	p := b.p
+	var groups []group
+	var files []fileSpec
+	seen := map[string]bool{}
+	for _, g := range p.Groups {
+		used := false
+		for _, bs := range p.Blocks {
+			for _, rw := range writeOps {
+				used = used || wanted(only, fioConfig(g, bs, rw, ""))
+			}
+			for _, rw := range readOps {
+				used = used || wanted(only, fioConfig(g, bs, rw, "cold")) || wanted(only, fioConfig(g, bs, rw, "warm"))
+			}
+		}
+		if !used {
+			continue
+		}
+		groups = append(groups, g)
+		for _, f := range p.matrixFiles(g) {
+			if !seen[f.Name] {
+				seen[f.Name] = true
+				files = append(files, f)
+			}
+		}
+	}
+	return groups, files
+}
+
+// matrixWrites runs the write configurations, one fio process per group
+// and operation with a section per block size.
+func (b *Bench) matrixWrites(ctx context.Context, s *System, run int, groups []group, only map[string]bool) error {
 	for _, g := range groups {
 		for _, rw := range writeOps {
 			var batch []Config
-			for _, bs := range p.Blocks {
-				if c := fioConfig(g, bs, rw, ""); want(c) {
+			for _, bs := range b.p.Blocks {
+				if c := fioConfig(g, bs, rw, ""); wanted(only, c) {
 					batch = append(batch, c)
 				}
 			}
@@ -80,57 +104,57 @@ func (b *Bench) runMatrix(ctx context.Context, s *System, run int, only map[stri
 			}
 		}
 	}
-	for _, g := range groups {
-		for _, rw := range readOps {
-			var warm []Config
-			complete := false // the last cold read read every byte
-			for _, bs := range p.Blocks {
-				cold := fioConfig(g, bs, rw, "cold")
-				if w := fioConfig(g, bs, rw, "warm"); want(w) {
-					warm = append(warm, w)
-				}
-				if !want(cold) {
-					continue
-				}
-				coldRead := func() error {
-					res, err := b.measureFio(ctx, s, run, []Config{cold}, false)
-					complete = err == nil && len(res) == 1 && res[0].ReadBytes >= p.MatrixBytes
-					return err
-				}
-				if b.profileFor[cold.ID] != "" {
-					if err := b.profiled(ctx, s, cold, coldRead); err != nil {
-						return err
-					}
-					complete = false // the profiling remount emptied the caches
-				} else {
-					if err := s.Remount(ctx, ""); err != nil {
-						return fmt.Errorf("remount before %s: %w", cold.ID, err)
-					}
-					if err := coldRead(); err != nil {
-						return err
-					}
-				}
-			}
-			if len(warm) == 0 {
-				continue
-			}
-			if err := b.profiled(ctx, s, warm[0], func() error {
-				// The last cold read may have stopped at its time cap, and a
-				// profiling remount empties the caches: read everything once
-				// so the measured reads are warm throughout.
-				if !complete || b.profileFor[warm[0].ID] != "" {
-					if err := readFiles(ctx, s.dir, p.matrixFiles(g)); err != nil {
-						return fmt.Errorf("warm-up read for %s: %w", warm[0].ID, err)
-					}
-				}
-				_, err := b.measureFio(ctx, s, run, warm, true)
+	return nil
+}
+
+// matrixReads runs group g's read configurations of operation rw: each
+// block size cold, after its own remount, then the warm ones together.
+func (b *Bench) matrixReads(ctx context.Context, s *System, run int, g group, rw string, only map[string]bool) error {
+	p := b.p
+	var warm []Config
+	complete := false // the last cold read read every byte
+	for _, bs := range p.Blocks {
+		cold := fioConfig(g, bs, rw, "cold")
+		if w := fioConfig(g, bs, rw, "warm"); wanted(only, w) {
+			warm = append(warm, w)
+		}
+		if !wanted(only, cold) {
+			continue
+		}
+		coldRead := func() error {
+			res, err := b.measureFio(ctx, s, run, []Config{cold}, false)
+			complete = err == nil && len(res) == 1 && res[0].ReadBytes >= p.MatrixBytes
+			return err
+		}
+		if b.profileFor[cold.ID] != "" {
+			if err := b.profiled(ctx, s, cold, coldRead); err != nil {
 				return err
-			}); err != nil {
+			}
+			complete = false // the profiling remount emptied the caches
+		} else {
+			if err := s.Remount(ctx, ""); err != nil {
+				return fmt.Errorf("remount before %s: %w", cold.ID, err)
+			}
+			if err := coldRead(); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	if len(warm) == 0 {
+		return nil
+	}
+	return b.profiled(ctx, s, warm[0], func() error {
+		// The last cold read may have stopped at its time cap, and a
+		// profiling remount empties the caches: read everything once
+		// so the measured reads are warm throughout.
+		if !complete || b.profileFor[warm[0].ID] != "" {
+			if err := readFiles(ctx, s.dir, p.matrixFiles(g)); err != nil {
+				return fmt.Errorf("warm-up read for %s: %w", warm[0].ID, err)
+			}
+		}
+		_, err := b.measureFio(ctx, s, run, warm, true)
+		return err
+	})
 }
 
 // measureFio runs fio matrix configurations that differ only in the block

@@ -437,193 +437,260 @@ type point struct {
 // runPoint drives the streams open-loop for d and returns per-stream
 // results (latency measured from each request's scheduled arrival).
 func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, seed uint64) ([]streamResult, error) {
-	type inflight struct {
-		at    time.Time
-		rows  int
-		bags  int
-		check func([]float32) bool
-	}
-	type sres struct {
-		mu        sync.Mutex
-		lats      []time.Duration
-		rows      int
-		bags      int
-		errs      int
-		checked   int
-		submitted int
-		pending   map[uint64]inflight
-	}
-	results := make([]*sres, len(streams))
-	var wg, readers sync.WaitGroup
-	var firstErr atomic.Pointer[error]
-	var tagSeq atomic.Uint64
 	start := time.Now().Add(20 * time.Millisecond)
-	end := start.Add(d)
-	var files []*os.File
+	p := &pointRun{ts: ts, dim: dim, seed: seed, start: start, end: start.Add(d), stats: make([]*streamStats, len(streams))}
 	for si, s := range streams {
-		r := &sres{pending: map[uint64]inflight{}}
-		results[si] = r
-		// One request-file handle per table per stream, one reader each.
-		hs := make([]*os.File, len(ts))
-		for ti := range ts {
-			f, err := os.OpenFile(ts[ti].path+".lookup", os.O_RDWR, 0)
-			if err != nil {
-				return nil, err
-			}
-			hs[ti] = f
-			files = append(files, f)
-			readers.Add(1)
-			go func(f *os.File) {
-				defer readers.Done()
-				buf := make([]byte, 16<<20)
-				for {
-					n, err := f.Read(buf)
-					if err != nil || n == 0 {
-						return // closed, or done
-					}
-					now := time.Now()
-					res, err := client.DecodeResult(buf[:n])
-					r.mu.Lock()
-					in, ok := r.pending[res.Tag]
-					delete(r.pending, res.Tag)
-					if err != nil || !ok || res.Status != 0 {
-						r.errs++
-						r.mu.Unlock()
-						continue
-					}
-					r.lats = append(r.lats, now.Sub(in.at))
-					r.rows += in.rows
-					r.bags += in.bags
-					doCheck := in.check != nil && r.checked < 20
-					r.mu.Unlock()
-					if doCheck {
-						vals, err := res.Float32s()
-						ok := err == nil && in.check(vals)
-						r.mu.Lock()
-						r.checked++
-						if !ok {
-							r.errs++
-						}
-						r.mu.Unlock()
-					}
-				}
-			}(f)
+		r := &streamStats{pending: map[uint64]inflight{}}
+		p.stats[si] = r
+		hs, err := p.openHandles(r)
+		if err != nil {
+			return nil, err
 		}
-		wg.Add(1)
+		p.senders.Add(1)
 		go func(si int, s stream, hs []*os.File) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(si)))
-			ixs := make([]*indexer, len(ts))
-			for ti := range ts {
-				ixs[ti] = newIndexer(ts[ti].rows, s.skew, rng)
-			}
-			next := start
-			ti := 0
-			for {
-				if s.closed > 0 {
-					next = time.Now() // closed loop: arrival = submission
-				} else {
-					next = next.Add(time.Duration(rng.ExpFloat64() / s.rate * 1e9))
-				}
-				if next.After(end) {
-					return
-				}
-				if w := time.Until(next); w > 0 {
-					time.Sleep(w)
-				}
-				for s.closed > 0 {
-					r.mu.Lock()
-					n := len(r.pending)
-					r.mu.Unlock()
-					if n < s.closed || time.Now().After(end) {
-						break
-					}
-					time.Sleep(200 * time.Microsecond)
-				}
-				ti = (ti + 1) % len(ts)
-				var idx, offs []int64
-				var ws []float32
-				for b := 0; b < s.batch; b++ {
-					offs = append(offs, int64(len(idx)))
-					for k := poolingFactor(rng, s.pooling); k > 0; k-- {
-						idx = append(idx, ixs[ti].next())
-						if s.weighted {
-							ws = append(ws, float32(rng.IntN(64)+1)/64) // exact in f32: the check is tight
-						}
-					}
-				}
-				dtype := s.dtype
-				if dtype == 0 {
-					dtype = client.F32
-				}
-				tag := tagSeq.Add(1)
-				req, err := client.EncodeLookup(tag, s.mode, dtype, idx, offs, ws)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-				tab := ti
-				check := func(v []float32) bool {
-					if len(v) != len(offs)*dim {
-						return false
-					}
-					for i := 0; i < dim; i += 17 {
-						var want float64
-						end := len(idx)
-						if len(offs) > 1 {
-							end = int(offs[1])
-						}
-						for k := 0; k < end; k++ {
-							w := 1.0
-							if ws != nil {
-								w = float64(ws[k])
-							}
-							want += w * float64(value(tab, int(idx[k]), i))
-						}
-						if s.mode == client.Mean {
-							want /= float64(end)
-						}
-						if math.Abs(float64(v[i])-want) > 1e-3*(1+math.Abs(want)) {
-							return false
-						}
-					}
-					return true
-				}
-				r.mu.Lock()
-				r.pending[tag] = inflight{at: next, rows: len(idx), bags: len(offs), check: check}
-				r.submitted++
-				r.mu.Unlock()
-				if _, err := hs[ti].Write(req); err != nil {
-					if errors.Is(err, syscall.EAGAIN) {
-						r.mu.Lock()
-						delete(r.pending, tag)
-						r.errs++
-						r.mu.Unlock()
-						continue
-					}
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-			}
+			defer p.senders.Done()
+			p.send(si, s, r, hs)
 		}(si, s, hs)
 	}
 	if os.Getenv("DLRM_DEBUG") != "" {
-		go func() {
-			for {
-				time.Sleep(time.Second)
-				for si, r := range results {
-					r.mu.Lock()
-					fmt.Fprintf(os.Stderr, "debug: stream %d submitted %d completed %d pending %d errs %d\n", si, r.submitted, len(r.lats), len(r.pending), r.errs)
-					r.mu.Unlock()
-				}
-			}
-		}()
+		go p.debugLog()
 	}
-	wg.Wait()
-	// Completions after the end still count toward latency (they were
-	// offered in the window) but not toward throughput past a grace time.
+	p.senders.Wait()
+	elapsed := p.drain()
+	p.closeHandles()
+	if e := p.firstErr.Load(); e != nil {
+		return nil, *e
+	}
+	var out []streamResult
+	for si, s := range streams {
+		out = append(out, p.stats[si].result(s, elapsed))
+	}
+	return out, nil
+}
+
+// pointRun is one runPoint under way: what its streams share.
+type pointRun struct {
+	ts         []table
+	dim        int
+	seed       uint64
+	start, end time.Time
+	stats      []*streamStats
+	files      []*os.File // every request-file handle, closed at the end
+	senders    sync.WaitGroup
+	readers    sync.WaitGroup
+	firstErr   atomic.Pointer[error]
+	tagSeq     atomic.Uint64
+}
+
+// inflight is a submitted request awaiting its result.
+type inflight struct {
+	at    time.Time // scheduled arrival
+	rows  int
+	bags  int
+	check func([]float32) bool
+}
+
+// streamStats is one stream's counters, shared by its sender and readers.
+type streamStats struct {
+	mu        sync.Mutex
+	lats      []time.Duration
+	rows      int
+	bags      int
+	errs      int
+	checked   int
+	submitted int
+	pending   map[uint64]inflight
+}
+
+// openHandles opens one request-file handle per table for a stream and
+// starts its reader.
+func (p *pointRun) openHandles(r *streamStats) ([]*os.File, error) {
+	hs := make([]*os.File, len(p.ts))
+	for ti := range p.ts {
+		f, err := os.OpenFile(p.ts[ti].path+".lookup", os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		hs[ti] = f
+		p.files = append(p.files, f)
+		p.readers.Add(1)
+		go func(f *os.File) {
+			defer p.readers.Done()
+			r.read(f)
+		}(f)
+	}
+	return hs, nil
+}
+
+// read collects the results of handle f until it is closed, checking
+// the first 20 of the stream's against the tables' known values.
+func (r *streamStats) read(f *os.File) {
+	buf := make([]byte, 16<<20)
+	for {
+		n, err := f.Read(buf)
+		if err != nil || n == 0 {
+			return // closed, or done
+		}
+		now := time.Now()
+		res, err := client.DecodeResult(buf[:n])
+		r.mu.Lock()
+		in, ok := r.pending[res.Tag]
+		delete(r.pending, res.Tag)
+		if err != nil || !ok || res.Status != 0 {
+			r.errs++
+			r.mu.Unlock()
+			continue
+		}
+		r.lats = append(r.lats, now.Sub(in.at))
+		r.rows += in.rows
+		r.bags += in.bags
+		doCheck := in.check != nil && r.checked < 20
+		r.mu.Unlock()
+		if doCheck {
+			vals, err := res.Float32s()
+			ok := err == nil && in.check(vals)
+			r.mu.Lock()
+			r.checked++
+			if !ok {
+				r.errs++
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// send submits stream s's requests until the point's end, the tables in
+// turn, at Poisson arrivals (or, closed-loop, as answers free a slot).
+func (p *pointRun) send(si int, s stream, r *streamStats, hs []*os.File) {
+	rng := rand.New(rand.NewPCG(p.seed, uint64(si)))
+	ixs := make([]*indexer, len(p.ts))
+	for ti := range p.ts {
+		ixs[ti] = newIndexer(p.ts[ti].rows, s.skew, rng)
+	}
+	next := p.start
+	ti := 0
+	for {
+		if s.closed > 0 {
+			next = time.Now() // closed loop: arrival = submission
+		} else {
+			next = next.Add(time.Duration(rng.ExpFloat64() / s.rate * 1e9))
+		}
+		if next.After(p.end) {
+			return
+		}
+		if w := time.Until(next); w > 0 {
+			time.Sleep(w)
+		}
+		p.waitSlot(s, r)
+		ti = (ti + 1) % len(p.ts)
+		idx, offs, ws := lookupBags(rng, ixs[ti], s)
+		dtype := s.dtype
+		if dtype == 0 {
+			dtype = client.F32
+		}
+		tag := p.tagSeq.Add(1)
+		req, err := client.EncodeLookup(tag, s.mode, dtype, idx, offs, ws)
+		if err != nil {
+			p.firstErr.CompareAndSwap(nil, &err)
+			return
+		}
+		check := lookupCheck(ti, p.dim, s.mode, idx, offs, ws)
+		r.mu.Lock()
+		r.pending[tag] = inflight{at: next, rows: len(idx), bags: len(offs), check: check}
+		r.submitted++
+		r.mu.Unlock()
+		if _, err := hs[ti].Write(req); err != nil {
+			if errors.Is(err, syscall.EAGAIN) {
+				r.mu.Lock()
+				delete(r.pending, tag)
+				r.errs++
+				r.mu.Unlock()
+				continue
+			}
+			p.firstErr.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}
+
+// waitSlot holds a closed-loop stream until fewer than s.closed of its
+// requests are in flight, or the point is over.
+func (p *pointRun) waitSlot(s stream, r *streamStats) {
+	for s.closed > 0 {
+		r.mu.Lock()
+		n := len(r.pending)
+		r.mu.Unlock()
+		if n < s.closed || time.Now().After(p.end) {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// lookupBags draws one request's bags: s.batch bags of a pooling factor
+// of rows each, with weights for a weighted stream.
+func lookupBags(rng *rand.Rand, ix *indexer, s stream) (idx, offs []int64, ws []float32) {
+	for b := 0; b < s.batch; b++ {
+		offs = append(offs, int64(len(idx)))
+		for k := poolingFactor(rng, s.pooling); k > 0; k-- {
+			idx = append(idx, ix.next())
+			if s.weighted {
+				ws = append(ws, float32(rng.IntN(64)+1)/64) // exact in f32: the check is tight
+			}
+		}
+	}
+	return idx, offs, ws
+}
+
+// lookupCheck checks a result's first bag, every 17th value, against the
+// table's known values.
+func lookupCheck(tab, dim int, mode client.Mode, idx, offs []int64, ws []float32) func([]float32) bool {
+	return func(v []float32) bool {
+		if len(v) != len(offs)*dim {
+			return false
+		}
+		for i := 0; i < dim; i += 17 {
+			var want float64
+			end := len(idx)
+			if len(offs) > 1 {
+				end = int(offs[1])
+			}
+			for k := 0; k < end; k++ {
+				w := 1.0
+				if ws != nil {
+					w = float64(ws[k])
+				}
+				want += w * float64(value(tab, int(idx[k]), i))
+			}
+			if mode == client.Mean {
+				want /= float64(end)
+			}
+			if math.Abs(float64(v[i])-want) > 1e-3*(1+math.Abs(want)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// debugLog prints every stream's counters once a second (DLRM_DEBUG).
+func (p *pointRun) debugLog() {
+	for {
+		time.Sleep(time.Second)
+		for si, r := range p.stats {
+			r.mu.Lock()
+			fmt.Fprintf(os.Stderr, "debug: stream %d submitted %d completed %d pending %d errs %d\n", si, r.submitted, len(r.lats), len(r.pending), r.errs)
+			r.mu.Unlock()
+		}
+	}
+}
+
+// drain waits for the requests still in flight and returns the time the
+// point took. Completions after the end still count toward latency (they
+// were offered in the window) but not toward throughput past a grace time.
+func (p *pointRun) drain() time.Duration {
 	grace := time.Now().Add(2 * time.Second)
-	for _, r := range results {
+	for _, r := range p.stats {
 		for {
 			r.mu.Lock()
 			n := len(r.pending)
@@ -634,8 +701,13 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	elapsed := time.Since(start)
-	for _, f := range files {
+	return time.Since(p.start)
+}
+
+// closeHandles closes every handle and waits (10 s at most) for the
+// readers to see it.
+func (p *pointRun) closeHandles() {
+	for _, f := range p.files {
 		// A close() of any descriptor of the handle wakes its blocked
 		// reader with EOF; Go defers f.Close's close(2) until the Read
 		// returns, so close a duplicate first.
@@ -645,43 +717,39 @@ func runPoint(m *mount, ts []table, dim int, streams []stream, d time.Duration, 
 		f.Close()
 	}
 	done := make(chan struct{})
-	go func() { readers.Wait(); close(done) }()
+	go func() { p.readers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
-	if e := firstErr.Load(); e != nil {
-		return nil, *e
+}
+
+// result is stream s's rates and latency quantiles over elapsed.
+func (r *streamStats) result(s stream, elapsed time.Duration) streamResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sr := streamResult{Name: s.name, Batch: s.batch, Skew: s.skew.name, Offered: s.rate, Completed: len(r.lats),
+		Errors: r.errs, Checked: r.checked, Backlog: len(r.pending)}
+	sr.Achieved = float64(len(r.lats)) / elapsed.Seconds()
+	sr.RowsPerS = float64(r.rows) / elapsed.Seconds()
+	sr.BagsPerS = float64(r.bags) / elapsed.Seconds()
+	if len(r.lats) > 0 {
+		sr.MeanRows = float64(r.rows) / float64(len(r.lats))
 	}
-	var out []streamResult
-	for si, s := range streams {
-		r := results[si]
-		r.mu.Lock()
-		sr := streamResult{Name: s.name, Batch: s.batch, Skew: s.skew.name, Offered: s.rate, Completed: len(r.lats),
-			Errors: r.errs, Checked: r.checked, Backlog: len(r.pending)}
-		sr.Achieved = float64(len(r.lats)) / elapsed.Seconds()
-		sr.RowsPerS = float64(r.rows) / elapsed.Seconds()
-		sr.BagsPerS = float64(r.bags) / elapsed.Seconds()
-		if len(r.lats) > 0 {
-			sr.MeanRows = float64(r.rows) / float64(len(r.lats))
-		}
-		// Requests never answered count as slow as the window.
-		for range r.pending {
-			r.lats = append(r.lats, elapsed)
-		}
-		sort.Slice(r.lats, func(i, j int) bool { return r.lats[i] < r.lats[j] })
-		q := func(p float64) float64 {
-			if len(r.lats) == 0 {
-				return 0
-			}
-			return float64(r.lats[min(len(r.lats)-1, int(p*float64(len(r.lats))))]) / 1e3
-		}
-		sr.P50us, sr.P99us, sr.P999us = q(0.5), q(0.99), q(0.999)
-		sr.Saturated = sr.Achieved < 0.9*s.rate || len(r.pending) > 0
-		r.mu.Unlock()
-		out = append(out, sr)
+	// Requests never answered count as slow as the window.
+	for range r.pending {
+		r.lats = append(r.lats, elapsed)
 	}
-	return out, nil
+	sort.Slice(r.lats, func(i, j int) bool { return r.lats[i] < r.lats[j] })
+	q := func(p float64) float64 {
+		if len(r.lats) == 0 {
+			return 0
+		}
+		return float64(r.lats[min(len(r.lats)-1, int(p*float64(len(r.lats))))]) / 1e3
+	}
+	sr.P50us, sr.P99us, sr.P999us = q(0.5), q(0.99), q(0.999)
+	sr.Saturated = sr.Achieved < 0.9*s.rate || len(r.pending) > 0
+	return sr
 }
 
 // ---------------------------------------------------------------------
@@ -789,59 +857,27 @@ func run(c config) error {
 		return err
 	}
 	defer os.RemoveAll(c.work)
-	var ssd []string
-	for i := 0; i < c.devices; i++ {
-		d := filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
-		os.Mkdir(d, 0o755)
-		ssd = append(ssd, d)
-	}
-	if out, err := exec.Command(c.bin, "mkfs", "--pool", filepath.Join(c.work, "pool"), "--size", "256MiB").CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs: %v: %s", err, out)
+	ssd, err := makeDevices(c)
+	if err != nil {
+		return err
 	}
 	rep := report{When: time.Now().UTC().Format(time.RFC3339), Compare: map[string]float64{}, Fill: map[string]float64{},
 		Config: map[string]any{"tables": len(criteoRows), "cap": c.cap, "dim": c.dim, "dtype": "f32", "devices": c.devices,
 			"model": c.model, "point": c.point.String(), "quick": c.quick, "cpus": nproc()}}
 	ts := c.tables("emb")
-	var totalRows int
-	for _, t := range ts {
-		totalRows += t.rows
-	}
-	rep.Config["total_rows"] = totalRows
-	rep.Config["total_bytes"] = totalRows * c.dim * 4
-	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "dlrm: "+f+"\n", a...) }
+	rep.Config["total_rows"] = sumRows(ts)
+	rep.Config["total_bytes"] = sumRows(ts) * c.dim * 4
 
 	// Fill under a native (unthrottled) mount.
 	m, err := c.mountWith()
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	if err := fill(m, ts, c.dim, "f32"); err != nil {
+	hts, err := fillAll(c, m, ts, &rep)
+	if err != nil {
 		m.stop()
 		return err
 	}
-	fillS := time.Since(t0).Seconds()
-	rep.Fill["seconds"] = fillS
-	rep.Fill["MiB_s"] = float64(totalRows*c.dim*4) / (1 << 20) / fillS
-	logf("filled %d tables, %d rows (%.1f GiB) in %.1fs", len(ts), totalRows, float64(totalRows*c.dim*4)/(1<<30), fillS)
-	for i := range ts {
-		ts[i].path = filepath.Join(m.mnt, ts[i].name)
-	}
-	// The heavy compute load's tables: the same row counts, f16, dim 128.
-	var hts []table
-	if strings.Contains(c.computeLoads, "heavy") {
-		hts = c.tables("mh")
-		t0 := time.Now()
-		if err := fill(m, hts, heavyDim, "f16"); err != nil {
-			m.stop()
-			return err
-		}
-		for i := range hts {
-			hts[i].path = filepath.Join(m.mnt, hts[i].name)
-		}
-		logf("filled %d f16 tables, dim %d, in %.1fs", len(hts), heavyDim, time.Since(t0).Seconds())
-	}
-
 	if c.computeOnly {
 		m.stop()
 		if err := computePhase(c, ts, hts, &rep, logf); err != nil {
@@ -850,126 +886,19 @@ func run(c config) error {
 		rep.Commands = []string{strings.Join(os.Args, " ")}
 		return writeReport(c, rep)
 	}
-
-	// 1. Request file vs per-row preads vs the backing files (native devices).
-	threads := 8
-	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	ceiling, err := rowReads(ts, c.dim, threads, c.point, true, ssd)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	m.resetStats()
-	// Closed-ish loop through the request file: high offered rate of
-	// batch-64 gathers; throughput is what completes.
-	sat, err := runPoint(m, ts, c.dim, []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}}, c.point, c.seed)
-	if err != nil {
-		m.stop()
-		return err
-	}
-	st := m.status()
-	rep.Compare["rows_s_request_file"] = sat[0].RowsPerS
-	rep.Compare["rows_s_pread_per_row"] = perRow
-	rep.Compare["rows_s_backing_direct"] = ceiling
-	rep.Compare["request_file_over_pread"] = sat[0].RowsPerS / perRow
-	rep.Compare["request_file_over_ceiling"] = sat[0].RowsPerS / ceiling
-	rep.Compare["read_amplification_uniform_b64"] = st.ReadAmp
-	rep.Points = append(rep.Points, point{Label: "native: request file, batch 64 sum, 32 in flight", Sched: "size", Streams: sat, Server: st})
-	logf("native: request file %.0f rows/s, per-row pread %.0f rows/s, backing direct %.0f rows/s", sat[0].RowsPerS, perRow, ceiling)
+	err = nativePaths(c, m, ts, ssd, &rep)
 	m.stop()
-
+	if err != nil {
+		return err
+	}
 	// 2. Device models: sweeps, skew, mixed small/large, size vs fifo.
+	// The size scheduler's run measures the capacity the fifo one's
+	// rates are set from.
 	var capRows float64
 	for _, sched := range []string{"size", "fifo"} {
-		m, err := c.mountWith("--sched", sched)
-		if err != nil {
+		if err := schedulerPoints(c, sched, ts, &rep, &capRows); err != nil {
 			return err
 		}
-		m.stop()
-		m.withModel(c.model)
-		if err := m.start(); err != nil {
-			return err
-		}
-		pt := func(label string, ss []stream) ([]streamResult, error) {
-			m.drain()
-			m.resetStats()
-			res, err := runPoint(m, ts, c.dim, ss, c.point, c.seed)
-			if err != nil {
-				return nil, err
-			}
-			st := m.status()
-			rep.Points = append(rep.Points, point{Label: label, Sched: sched, Streams: res, Server: st})
-			var parts []string
-			for _, r := range res {
-				parts = append(parts, fmt.Sprintf("%s %.0f/%.0f req/s p99 %.0fus", r.Name, r.Achieved, r.Offered, r.P99us))
-			}
-			logf("%s %s: %s", sched, label, strings.Join(parts, "; "))
-			return res, nil
-		}
-		if sched == "size" {
-			// Capacity: batch-64 lookups offered far beyond what the
-			// devices serve; what completes is the saturation rate.
-			res, err := pt("calibrate: batch 64, 32 in flight", []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}})
-			if err != nil {
-				m.stop()
-				return err
-			}
-			capRows = res[0].RowsPerS
-			rep.Compare["capacity_rows_s_model"] = capRows
-			logf("capacity under the device model: %.0f rows/s", capRows)
-			// Saturation sweeps per batch size (uniform), then skews.
-			for _, b := range []int{1, 4, 16, 64} {
-				rate := 0.25 * capRows / (15 * float64(b))
-				for k := 0; k < 6; k++ {
-					res, err := pt(fmt.Sprintf("sweep batch %d", b), []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: rate, skew: skew{"uniform", 0}, mode: client.Sum}})
-					if err != nil {
-						m.stop()
-						return err
-					}
-					if res[0].Saturated {
-						break
-					}
-					rate *= 1.5
-				}
-			}
-			for _, sk := range []skew{{"zipf1.05", 1.05}, {"zipf1.09", 1.09}, {"zipf1.15", 1.15}} {
-				for _, b := range []int{4, 64} {
-					if _, err := pt("skew "+sk.name, []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: 0.5 * capRows / (15 * float64(b)), skew: sk, mode: client.Sum}}); err != nil {
-						m.stop()
-						return err
-					}
-				}
-			}
-		}
-		// Small alone, then small under a saturating large load.
-		// Small requests at 30% of capacity alone; then with large ones
-		// offering 100% more: the devices are saturated.
-		small := stream{name: "small b4", batch: 4, rate: 0.3 * capRows / 60, skew: skew{"uniform", 0}, mode: client.Sum}
-		large := stream{name: "large b64", batch: 64, rate: 1.0 * capRows / 960, skew: skew{"uniform", 0}, mode: client.Sum}
-		alone, err := pt("small alone", []stream{small})
-		if err != nil {
-			m.stop()
-			return err
-		}
-		mixed, err := pt("small + large", []stream{small, large})
-		if err != nil {
-			m.stop()
-			return err
-		}
-		rep.Compare["small_p99_alone_us_"+sched] = alone[0].P99us
-		rep.Compare["small_p99_mixed_us_"+sched] = mixed[0].P99us
-		rep.Compare["small_p99_mixed_over_alone_"+sched] = mixed[0].P99us / alone[0].P99us
-		rep.Compare["mixed_rows_s_"+sched] = mixed[0].RowsPerS + mixed[1].RowsPerS
-		st := rep.Points[len(rep.Points)-1].Server
-		if len(st.Classes) > 0 {
-			rep.Compare["server_small_queue_p99_us_"+sched] = st.Classes[0].Queue.P99
-			rep.Compare["server_small_service_p99_us_"+sched] = st.Classes[0].Service.P99
-		}
-		m.stop()
 	}
 	// 3. The compute stage: the reduction on the loaders vs on elements.
 	if err := computePhase(c, ts, hts, &rep, logf); err != nil {
@@ -983,6 +912,213 @@ func run(c config) error {
 	}
 	rep.Commands = []string{strings.Join(os.Args, " ")}
 	return writeReport(c, rep)
+}
+
+func logf(f string, a ...any) { fmt.Fprintf(os.Stderr, "dlrm: "+f+"\n", a...) }
+
+func sumRows(ts []table) int {
+	var n int
+	for _, t := range ts {
+		n += t.rows
+	}
+	return n
+}
+
+// makeDevices makes the SSD-tier directories and the pool under c.work.
+func makeDevices(c config) ([]string, error) {
+	var ssd []string
+	for i := 0; i < c.devices; i++ {
+		d := filepath.Join(c.work, fmt.Sprintf("ssd%d", i))
+		os.Mkdir(d, 0o755)
+		ssd = append(ssd, d)
+	}
+	if out, err := exec.Command(c.bin, "mkfs", "--pool", filepath.Join(c.work, "pool"), "--size", "256MiB").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mkfs: %v: %s", err, out)
+	}
+	return ssd, nil
+}
+
+// fillAll fills the tables ts through mount m, timing it, then, when the
+// heavy compute load runs, its tables (the same row counts, f16, dim
+// 128), which it returns.
+func fillAll(c config, m *mount, ts []table, rep *report) ([]table, error) {
+	totalRows := sumRows(ts)
+	t0 := time.Now()
+	if err := fill(m, ts, c.dim, "f32"); err != nil {
+		return nil, err
+	}
+	fillS := time.Since(t0).Seconds()
+	rep.Fill["seconds"] = fillS
+	rep.Fill["MiB_s"] = float64(totalRows*c.dim*4) / (1 << 20) / fillS
+	logf("filled %d tables, %d rows (%.1f GiB) in %.1fs", len(ts), totalRows, float64(totalRows*c.dim*4)/(1<<30), fillS)
+	for i := range ts {
+		ts[i].path = filepath.Join(m.mnt, ts[i].name)
+	}
+	var hts []table
+	if strings.Contains(c.computeLoads, "heavy") {
+		hts = c.tables("mh")
+		t0 := time.Now()
+		if err := fill(m, hts, heavyDim, "f16"); err != nil {
+			return nil, err
+		}
+		for i := range hts {
+			hts[i].path = filepath.Join(m.mnt, hts[i].name)
+		}
+		logf("filled %d f16 tables, dim %d, in %.1fs", len(hts), heavyDim, time.Since(t0).Seconds())
+	}
+	return hts, nil
+}
+
+// nativePaths is part 1: the request file vs per-row preads vs the
+// backing files, on the native devices of mount m.
+func nativePaths(c config, m *mount, ts []table, ssd []string, rep *report) error {
+	threads := 8
+	perRow, err := rowReads(ts, c.dim, threads, c.point, false, ssd)
+	if err != nil {
+		return err
+	}
+	ceiling, err := rowReads(ts, c.dim, threads, c.point, true, ssd)
+	if err != nil {
+		return err
+	}
+	m.resetStats()
+	// Closed-ish loop through the request file: high offered rate of
+	// batch-64 gathers; throughput is what completes.
+	sat, err := runPoint(m, ts, c.dim, []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}}, c.point, c.seed)
+	if err != nil {
+		return err
+	}
+	st := m.status()
+	rep.Compare["rows_s_request_file"] = sat[0].RowsPerS
+	rep.Compare["rows_s_pread_per_row"] = perRow
+	rep.Compare["rows_s_backing_direct"] = ceiling
+	rep.Compare["request_file_over_pread"] = sat[0].RowsPerS / perRow
+	rep.Compare["request_file_over_ceiling"] = sat[0].RowsPerS / ceiling
+	rep.Compare["read_amplification_uniform_b64"] = st.ReadAmp
+	rep.Points = append(rep.Points, point{Label: "native: request file, batch 64 sum, 32 in flight", Sched: "size", Streams: sat, Server: st})
+	logf("native: request file %.0f rows/s, per-row pread %.0f rows/s, backing direct %.0f rows/s", sat[0].RowsPerS, perRow, ceiling)
+	return nil
+}
+
+// schedPoints is part 2's points under one scheduler, on a mount with
+// the device model.
+type schedPoints struct {
+	c     config
+	m     *mount
+	sched string
+	ts    []table
+	rep   *report
+}
+
+// schedulerPoints mounts with scheduler sched and the device model and
+// runs its points; the size scheduler's also measure the capacity
+// (*capRows) and sweep the batch sizes and skews.
+func schedulerPoints(c config, sched string, ts []table, rep *report, capRows *float64) error {
+	m, err := c.mountWith("--sched", sched)
+	if err != nil {
+		return err
+	}
+	m.stop()
+	m.withModel(c.model)
+	if err := m.start(); err != nil {
+		return err
+	}
+	defer m.stop()
+	s := &schedPoints{c: c, m: m, sched: sched, ts: ts, rep: rep}
+	if sched == "size" {
+		if *capRows, err = s.calibrate(); err != nil {
+			return err
+		}
+		if err := s.sweeps(*capRows); err != nil {
+			return err
+		}
+	}
+	return s.smallUnderLarge(*capRows)
+}
+
+// pt runs one point with streams ss and records it under label.
+func (s *schedPoints) pt(label string, ss []stream) ([]streamResult, error) {
+	s.m.drain()
+	s.m.resetStats()
+	res, err := runPoint(s.m, s.ts, s.c.dim, ss, s.c.point, s.c.seed)
+	if err != nil {
+		return nil, err
+	}
+	st := s.m.status()
+	s.rep.Points = append(s.rep.Points, point{Label: label, Sched: s.sched, Streams: res, Server: st})
+	var parts []string
+	for _, r := range res {
+		parts = append(parts, fmt.Sprintf("%s %.0f/%.0f req/s p99 %.0fus", r.Name, r.Achieved, r.Offered, r.P99us))
+	}
+	logf("%s %s: %s", s.sched, label, strings.Join(parts, "; "))
+	return res, nil
+}
+
+// calibrate returns the capacity, in rows/s: batch-64 lookups offered
+// far beyond what the devices serve; what completes is the saturation
+// rate.
+func (s *schedPoints) calibrate() (float64, error) {
+	res, err := s.pt("calibrate: batch 64, 32 in flight", []stream{{name: "b64", batch: 64, rate: 1e6, skew: skew{"uniform", 0}, mode: client.Sum, closed: 32}})
+	if err != nil {
+		return 0, err
+	}
+	capRows := res[0].RowsPerS
+	s.rep.Compare["capacity_rows_s_model"] = capRows
+	logf("capacity under the device model: %.0f rows/s", capRows)
+	return capRows, nil
+}
+
+// sweeps raises the rate of each batch size (uniform) until it
+// saturates, then runs the skews.
+func (s *schedPoints) sweeps(capRows float64) error {
+	for _, b := range []int{1, 4, 16, 64} {
+		rate := 0.25 * capRows / (15 * float64(b))
+		for k := 0; k < 6; k++ {
+			res, err := s.pt(fmt.Sprintf("sweep batch %d", b), []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: rate, skew: skew{"uniform", 0}, mode: client.Sum}})
+			if err != nil {
+				return err
+			}
+			if res[0].Saturated {
+				break
+			}
+			rate *= 1.5
+		}
+	}
+	for _, sk := range []skew{{"zipf1.05", 1.05}, {"zipf1.09", 1.09}, {"zipf1.15", 1.15}} {
+		for _, b := range []int{4, 64} {
+			if _, err := s.pt("skew "+sk.name, []stream{{name: fmt.Sprintf("b%d", b), batch: b, rate: 0.5 * capRows / (15 * float64(b)), skew: sk, mode: client.Sum}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// smallUnderLarge runs small requests alone, then under a saturating
+// large load. Small requests at 30% of capacity alone; then with large
+// ones offering 100% more: the devices are saturated.
+func (s *schedPoints) smallUnderLarge(capRows float64) error {
+	small := stream{name: "small b4", batch: 4, rate: 0.3 * capRows / 60, skew: skew{"uniform", 0}, mode: client.Sum}
+	large := stream{name: "large b64", batch: 64, rate: 1.0 * capRows / 960, skew: skew{"uniform", 0}, mode: client.Sum}
+	alone, err := s.pt("small alone", []stream{small})
+	if err != nil {
+		return err
+	}
+	mixed, err := s.pt("small + large", []stream{small, large})
+	if err != nil {
+		return err
+	}
+	rep, sched := s.rep, s.sched
+	rep.Compare["small_p99_alone_us_"+sched] = alone[0].P99us
+	rep.Compare["small_p99_mixed_us_"+sched] = mixed[0].P99us
+	rep.Compare["small_p99_mixed_over_alone_"+sched] = mixed[0].P99us / alone[0].P99us
+	rep.Compare["mixed_rows_s_"+sched] = mixed[0].RowsPerS + mixed[1].RowsPerS
+	st := rep.Points[len(rep.Points)-1].Server
+	if len(st.Classes) > 0 {
+		rep.Compare["server_small_queue_p99_us_"+sched] = st.Classes[0].Queue.P99
+		rep.Compare["server_small_service_p99_us_"+sched] = st.Classes[0].Service.P99
+	}
+	return nil
 }
 
 func nproc() int {
