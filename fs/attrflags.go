@@ -120,6 +120,6 @@ func (n *node) setFlags(ctx context.Context, flags uint32) syscall.Errno {
 		return n.fail("set file attributes", err)
 	}
 	// The ctime changed behind the kernel's attribute cache (see Write).
-	go n.NotifyContent(-1, 0)
+	go n.invalidate(-1)
 	return 0
 }

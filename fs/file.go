@@ -121,7 +121,7 @@ func (n *fileNode) Write(ctx context.Context, fh gofs.FileHandle, data []byte, o
 		// The kernel caches the mode and learns of the change only so.
 		// Attributes only (offset -1): no page lock, safe while the
 		// kernel holds the inode for this write.
-		n.NotifyContent(-1, 0)
+		n.invalidate(-1)
 	}
 	if err != nil {
 		e := errno(err)
@@ -141,7 +141,7 @@ func (n *fileNode) Allocate(ctx context.Context, fh gofs.FileHandle, off uint64,
 	}
 	n.opts.Cluster.Wrote(n.in, int64(off), int64(size))
 	if privs != 0 && n.in.Mode()&0o6000 != privs {
-		n.NotifyContent(-1, 0) // the kernel's cached mode is stale (see Write)
+		n.invalidate(-1) // the kernel's cached mode is stale (see Write)
 	}
 	return 0
 }

@@ -130,6 +130,16 @@ type dirNode struct{ node }
 // so its data operations branch to table.go.
 type fileNode struct{ node }
 
+// invalidate drops the kernel's cached attributes of the node and, from
+// off on, its cached pages (off -1: attributes only, which takes no page
+// lock and so is safe while the kernel holds the inode for the request
+// being answered). Its failure needs no handling: ENOENT means the kernel
+// no longer caches the node, and anything else leaves entries that
+// expire with the mount's one-second attribute timeout.
+func (n *node) invalidate(off int64) {
+	_ = n.NotifyContent(off, 0)
+}
+
 // symlinkNode is a symbolic link.
 type symlinkNode struct{ node }
 
@@ -608,7 +618,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		// The size changed behind the kernel's attribute cache. Notify
 		// from another goroutine: the kernel may hold the inode while it
 		// waits for this reply.
-		go n.NotifyContent(0, 0)
+		go n.invalidate(0)
 		return 0
 	}
 	if _, ok := n.virtualXattr(attr); ok || attr == cluster.XattrState {

@@ -166,7 +166,7 @@ func (n *node) setTable(value []byte) syscall.Errno {
 	err = n.tier().CreateTable(n.in, spec.Rows, spec.Dim, spec.Dtype, spec.ShardBytes)
 	switch {
 	case err == nil:
-		go n.NotifyContent(0, 0) // the size changed behind the attribute cache
+		go n.invalidate(0) // the size changed behind the attribute cache
 		return 0
 	case errors.Is(err, embedding.ErrNoSpace):
 		n.opts.Log.Warn("no room for the table on the SSD tier", zap.Uint64("ino", uint64(n.in.Ino)), zap.Error(err))
