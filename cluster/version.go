@@ -90,6 +90,10 @@ func (n *Node) applyMetaLocked(f *file, rec namespace.FileRecord, rev int64) {
 	}
 }
 
+// testHookMetaChecked, set only by tests, runs in MetaChanged between its
+// look at the writers and its SetMeta.
+var testHookMetaChecked func()
+
 // MetaChanged shares a chmod, chown or utimes just made in the pool of a
 // committed cluster file (before: its attributes until then). A file this
 // node writes takes them with its next commit. Otherwise one SetMeta
@@ -106,6 +110,13 @@ func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
 	if f == nil {
 		return nil
 	}
+	// lockMu, held from the look at the writers to the new base: a
+	// writer opening here meanwhile would read the revision before the
+	// SetMeta and commit on it, and its commit would conflict (DESIGN
+	// §Lock order). Now it opens before (and its commit carries the
+	// change) or after (and starts from the new revision).
+	f.lockMu.Lock()
+	defer f.lockMu.Unlock()
 	f.mu.Lock()
 	if f.writers > 0 && f.ver > 0 && !f.removed {
 		// The writer's commit carries them, even if it wrote nothing.
@@ -121,6 +132,9 @@ func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
 	}
 	id, base := f.id, f.base
 	f.mu.Unlock()
+	if testHookMetaChecked != nil {
+		testHookMetaChecked()
+	}
 	a := in.Attr()
 	m := namespace.Meta{Mode: a.Mode & format.ModePerm, UID: a.UID, GID: a.GID, Mtime: a.Mtime.UnixNano()}
 	for try := 0; ; try++ {
