@@ -20,6 +20,7 @@ var layer = map[string]int{
 	"internal/units":   0,
 	"internal/kv":      1,
 	"embedding/wire":   1,
+	"native/wire":      0, // the native path's control channel codec: standard library only
 	"pmem":             1,
 	"lock":             1,
 	"alloc":            1,
@@ -48,6 +49,7 @@ var only = map[string][]string{
 	"client":         {"embedding/wire", "internal/kv", "internal/units"},
 	"format":         {},
 	"embedding/wire": {},
+	"native/wire":    {},
 	"pmem":           {},
 	"lock":           {},
 
