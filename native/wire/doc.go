@@ -2,8 +2,9 @@
 // frames a client and the daemon exchange over a mount's unix socket to
 // get leases on ranges of a file (their extents in the pool), commit what
 // was stored through them and release them. The daemon's server and the
-// Go client build on it; the Python client (python/dnnfs/) speaks the
-// same bytes with struct, and wire_test.go's golden frames pin them.
+// Go client build on it, and a Python client can speak the same bytes
+// with struct and socket.send_fds alone: wire_test.go's golden frames are
+// the bytes to check it against.
 //
 // It owns the byte layout, the type codes and flag bits, and the rules a
 // well-formed message follows. It does no I/O (the transport reads and
@@ -40,8 +41,9 @@
 //
 // Hello carries the range of versions the client speaks; HelloReply the
 // one the daemon chose, which every later frame's header carries. Hello
-// and HelloReply keep this layout in every version (their header says
-// version 1), so any client can negotiate with any daemon. A new version
+// and HelloReply keep this layout in every version and their header
+// always says HelloVersion (1), so any client can negotiate with any
+// daemon. A new version
 // may add types, flag bits and fields; it never changes a value below.
 // Unknown flag bits are refused rather than ignored because a bit a peer
 // does not understand changes what the message means (a lease past EOF, a
@@ -70,7 +72,7 @@
 //
 //	offset  size  field      meaning
 //	0       4     magic      Magic, 0x574E4E44 ("DNNW")
-//	4       2     version    protocol version, MinVersion..MaxVersion
+//	4       2     version    MinVersion..MaxVersion; HelloVersion in a hello
 //	6       2     type       a Type code
 //	8       4     id         request id, echoed by the reply
 //	12      4     length     body bytes, at most MaxBody (65536)

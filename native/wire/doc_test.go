@@ -73,7 +73,8 @@ func readDocTables(t *testing.T) map[string]*docTable {
 // TestDocMatchesEncoder reads each doc.go table's fields out of the
 // encoder's bytes for a sample with distinct values, so neither the doc
 // nor the encoder can move a field alone; it also checks the type codes,
-// that the rows tile the fixed part and the size constants.
+// that the rows tile the fixed part, that each field is aligned to its
+// size, and the size constants.
 func TestDocMatchesEncoder(t *testing.T) {
 	doc := readDocTables(t)
 	type want struct {
@@ -137,6 +138,9 @@ func checkDocRows(t *testing.T, name string, rows []docRow, b []byte, size int, 
 			continue
 		}
 		at = r.off + r.size
+		if r.off%r.size != 0 {
+			t.Errorf("doc.go %s %s: at %d, not a multiple of its size (package doc, Layout)", name, r.field, r.off)
+		}
 		want, ok := fields[r.field]
 		if !ok || at > len(b) {
 			t.Errorf("doc.go %s: field %q (at %d, %d bytes) is not in the encoding", name, r.field, r.off, r.size)

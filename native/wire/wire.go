@@ -11,6 +11,9 @@ const (
 	MinVersion uint16 = 1          // the oldest version this package speaks
 	MaxVersion uint16 = 1          // the newest; Append writes it
 	Version           = MaxVersion
+	// HelloVersion is the header version of Hello and HelloReply in
+	// every version, so negotiation works across all of them.
+	HelloVersion uint16 = 1
 
 	HeaderSize = 16
 	// MaxBody bounds a body, so a header cannot make a reader allocate
@@ -87,8 +90,10 @@ func DecodeHeader(b []byte) (Header, error) {
 }
 
 func (h Header) check() error {
+	hello := h.Type == TypeHello || h.Type == TypeHelloReply
 	switch {
-	case h.Version < MinVersion || h.Version > MaxVersion:
+	case hello && h.Version != HelloVersion,
+		!hello && (h.Version < MinVersion || h.Version > MaxVersion):
 		return ErrVersion
 	case typeNames[h.Type] == "":
 		return ErrType
@@ -125,8 +130,10 @@ func AppendHeader(b []byte, h Header) []byte {
 }
 
 // Append checks m by the decoder's rules, so a peer never receives a
-// frame it must refuse, and appends its frame (header at Version, then
-// body) to b. On error b is returned unchanged.
+// frame it must refuse, and appends its frame (header at Version, or
+// HelloVersion for Hello and HelloReply; then the body) to b. On error b
+// is returned unchanged. (A second version will have it take the
+// connection's version.)
 func Append(b []byte, id RequestID, m Message) ([]byte, error) {
 	if err := m.check(); err != nil {
 		return b, err
@@ -135,7 +142,11 @@ func Append(b []byte, id RequestID, m Message) ([]byte, error) {
 	if n > MaxBody {
 		return b, ErrTooLarge
 	}
-	b = AppendHeader(b, Header{Version: Version, Type: m.Type(), ID: id, BodyLen: uint32(n)})
+	h := Header{Version: Version, Type: m.Type(), ID: id, BodyLen: uint32(n)}
+	if h.Type == TypeHello || h.Type == TypeHelloReply {
+		h.Version = HelloVersion
+	}
+	b = AppendHeader(b, h)
 	return m.appendBody(b), nil
 }
 
@@ -161,7 +172,8 @@ func DecodeBody(h Header, body []byte) (Message, error) {
 	return m, nil
 }
 
-// Decode decodes b, which must hold exactly one frame.
+// Decode decodes b, which must hold exactly one frame. On error the
+// Message is nil.
 func Decode(b []byte) (Header, Message, error) {
 	h, err := DecodeHeader(b)
 	if err != nil {
