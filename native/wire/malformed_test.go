@@ -6,7 +6,7 @@ import (
 )
 
 // frameOf encodes a valid message; the malformed cases patch its bytes.
-func frameOf(t *testing.T, name string) []byte {
+func frameOf(t testing.TB, name string) []byte {
 	for _, s := range samples() {
 		if s.name == name {
 			return mustAppend(t, s.id, s.msg)
@@ -35,12 +35,16 @@ func grow(b []byte, n int) []byte {
 	return put32(b, hLen, uint32(len(b)-HeaderSize))
 }
 
-func TestMalformed(t *testing.T) {
-	cases := []struct {
-		name  string
-		frame func() []byte
-		want  error
-	}{
+// malformedCase is a frame Decode must refuse with want; frames.go's
+// TestWriteFrames gives the same table to the Python codec's test.
+type malformedCase struct {
+	name  string
+	frame func() []byte
+	want  error
+}
+
+func malformedCases(t testing.TB) []malformedCase {
+	return []malformedCase{
 		{"short header", func() []byte { return frameOf(t, "Hello")[:HeaderSize-1] }, ErrShort},
 		{"short body", func() []byte { b := frameOf(t, "Lease"); return b[:len(b)-1] }, ErrShort},
 		{"magic", func() []byte { b := frameOf(t, "Hello"); b[3] = 'X'; return b }, ErrMagic},
@@ -96,7 +100,10 @@ func TestMalformed(t *testing.T) {
 		{"text not UTF-8", func() []byte { b := frameOf(t, "ErrorReply"); b[len(b)-1] = 0xff; return b }, ErrText},
 		{"text length over MaxText", func() []byte { return put16(frameOf(t, "ErrorReply"), body+4, MaxText+1) }, ErrText},
 	}
-	for _, c := range cases {
+}
+
+func TestMalformed(t *testing.T) {
+	for _, c := range malformedCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.frame()
 			if _, m, err := Decode(b); err != c.want {
@@ -106,26 +113,30 @@ func TestMalformed(t *testing.T) {
 	}
 }
 
+// refusedMessage is a message Append must refuse with want.
+type refusedMessage struct {
+	m    Message
+	want error
+}
+
+var appendRefuses = []refusedMessage{
+	{&Hello{MinVersion: 2, MaxVersion: 1}, ErrVersionRange},
+	{&HelloReply{BlockSize: 4096}, ErrVersion},
+	{&Lease{Length: 1}, ErrMode},
+	{&Lease{Mode: ModeRead, Offset: 1}, ErrZeroLength},
+	{&Lease{Mode: ModeRead, Offset: MaxOffset, Length: 1}, ErrOverflow},
+	{&Grant{}, ErrNoLease},
+	{&Grant{Lease: 1, Extents: []Extent{{Length: 2}, {FileOff: 1, Length: 1}}}, ErrExtentOrder},
+	{&Commit{Lease: 1, Size: 1, Flags: CommitKeepSize}, ErrFlags},
+	{&Release{}, ErrNoLease},
+	{&ErrorReply{Text: "x"}, ErrErrno},
+	{&ErrorReply{Errno: 1 << 32}, ErrErrno},
+	{&ErrorReply{Errno: 1, Text: "\xff"}, ErrText},
+}
+
 // Append refuses what Decode would, so a peer never gets such a frame.
 func TestAppendRefuses(t *testing.T) {
-	cases := []struct {
-		m    Message
-		want error
-	}{
-		{&Hello{MinVersion: 2, MaxVersion: 1}, ErrVersionRange},
-		{&HelloReply{BlockSize: 4096}, ErrVersion},
-		{&Lease{Length: 1}, ErrMode},
-		{&Lease{Mode: ModeRead, Offset: 1}, ErrZeroLength},
-		{&Lease{Mode: ModeRead, Offset: MaxOffset, Length: 1}, ErrOverflow},
-		{&Grant{}, ErrNoLease},
-		{&Grant{Lease: 1, Extents: []Extent{{Length: 2}, {FileOff: 1, Length: 1}}}, ErrExtentOrder},
-		{&Commit{Lease: 1, Size: 1, Flags: CommitKeepSize}, ErrFlags},
-		{&Release{}, ErrNoLease},
-		{&ErrorReply{Text: "x"}, ErrErrno},
-		{&ErrorReply{Errno: 1 << 32}, ErrErrno},
-		{&ErrorReply{Errno: 1, Text: "\xff"}, ErrText},
-	}
-	for _, c := range cases {
+	for _, c := range appendRefuses {
 		b, err := Append([]byte("keep"), 1, c.m)
 		if err != c.want || string(b) != "keep" {
 			t.Errorf("Append(%T %+v) = %q, %v; want %v and b unchanged", c.m, c.m, b, err, c.want)
