@@ -4,7 +4,8 @@
 // are visible), then pip install ./python — and runs its checks with that
 // venv's Python against real mounts: dnnfs.torch.save/load against
 // torch.save/torch.load, a save resumed after its Python process and after
-// the daemon were killed, and the EmbeddingBag example.
+// the daemon were killed, the EmbeddingBag example, and the native path's
+// wire codec (dnnfs._wire) against native/wire's frames.
 package python_test
 
 import (
@@ -89,7 +90,8 @@ func makeVenv() error {
 		{systemPython, "-m", "venv", "--system-site-packages", venvDir},
 		{filepath.Join(venvDir, "bin", "pip"), "install", "--no-build-isolation", "--no-index", "--no-cache-dir", src},
 		{"mkdir", scripts},
-		{"cp", filepath.Join(root, "python", "test_dnnfs_torch.py"), filepath.Join(root, "python", "example_embeddingbag.py"), scripts},
+		{"cp", filepath.Join(root, "python", "test_dnnfs_torch.py"), filepath.Join(root, "python", "example_embeddingbag.py"),
+			filepath.Join(root, "python", "test_dnnfs_native_wire.py"), scripts},
 	}
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
