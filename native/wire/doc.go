@@ -4,7 +4,8 @@
 // was stored through them and release them. The daemon's server and the
 // Go client build on it, and a Python client can speak the same bytes
 // with struct and socket.send_fds alone: wire_test.go's golden frames are
-// the bytes to check it against.
+// the bytes to check it against (python/dnnfs/_wire.py is that codec;
+// tests/python checks it against this package's frames and refusals).
 //
 // It owns the byte layout, the type codes and flag bits, and the rules a
 // well-formed message follows. It does no I/O (the transport reads and
