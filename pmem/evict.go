@@ -236,11 +236,16 @@ func (c *Crashes) Evicted(j int) []Line {
 // sweep of many images of a large pool stays cheap. Call release before
 // Next.
 func (c *Crashes) EvictedImage(j int) (img []byte, release func()) {
+	return c.imageWith(c.Evicted(j))
+}
+
+// imageWith is EvictedImage for the subset lines.
+func (c *Crashes) imageWith(lines []Line) (img []byte, release func()) {
 	img, err := unix.Mmap(c.fd, 0, len(c.durable), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
 	if err != nil {
 		panic(fmt.Sprintf("pmem: Crashes.EvictedImage: %v", err))
 	}
-	for _, l := range c.Evicted(j) {
+	for _, l := range lines {
 		copy(img[l.Off:], l.Data)
 	}
 	return img, func() { unix.Munmap(img) }
@@ -257,16 +262,17 @@ func (c *Crashes) Sweep(subsets int, check func(k, j int, img []byte) error) (in
 	n := 0
 	for ok := true; ok; ok = c.Next() {
 		for j := min(subsets, 1) - 1; j < subsets; j++ {
-			if j >= 0 && len(c.Evicted(j)) == 0 {
+			lines := c.Evicted(j)
+			if j >= 0 && len(lines) == 0 {
 				continue
 			}
 			n++
-			img, release := c.EvictedImage(j)
+			img, release := c.imageWith(lines)
 			err := check(c.k, j, img)
 			release()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("crash after fence %d (%d of %d dirty lines evicted, subset %d): %w",
-					c.k, len(c.Evicted(j)), c.Dirty(), j, err))
+					c.k, len(lines), c.Dirty(), j, err))
 			}
 		}
 	}
