@@ -305,6 +305,7 @@ func sharedImage(size int) (int, []byte, error) {
 	return fd, b[:size], nil
 }
 
+// apply lays spans over img, in order.
 func apply(img []byte, spans []span) {
 	for _, s := range spans {
 		copy(img[s.off:], s.data)

@@ -145,9 +145,7 @@ func (r *Recorder) Image(k int) []byte {
 	}
 	img := append([]byte(nil), r.initial...)
 	for _, f := range r.fences[:k] {
-		for _, s := range f {
-			copy(img[s.off:], s.data)
-		}
+		apply(img, f)
 	}
 	return img
 }
