@@ -156,6 +156,11 @@ func DecodeBody(h Header, body []byte) (Message, error) {
 	if err := h.check(); err != nil {
 		return nil, err
 	}
+	return decodeBody(h, body)
+}
+
+// decodeBody is DecodeBody for a header already checked.
+func decodeBody(h Header, body []byte) (Message, error) {
 	if len(body) < int(h.BodyLen) {
 		return nil, ErrShort
 	}
@@ -179,7 +184,8 @@ func Decode(b []byte) (Header, Message, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	m, err := DecodeBody(h, b[HeaderSize:])
+	// DecodeHeader checked h: do not check it again.
+	m, err := decodeBody(h, b[HeaderSize:])
 	return h, m, err
 }
 
