@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 )
 
@@ -146,6 +147,9 @@ func Append(b []byte, id RequestID, m Message) ([]byte, error) {
 	if h.Type == TypeHello || h.Type == TypeHelloReply {
 		h.Version = HelloVersion
 	}
+	// One allocation for the whole frame, not one per growth step of a
+	// Grant's extents.
+	b = slices.Grow(b, HeaderSize+n)
 	b = AppendHeader(b, h)
 	return m.appendBody(b), nil
 }
