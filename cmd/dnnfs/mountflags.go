@@ -27,19 +27,19 @@ type mountOptions struct {
 	readOnly, readCache, pageCache bool
 	cpuProfile                     string
 	tailInterval, warmBytes        string
-	commitInterval, warmDecay      time.Duration
+	commitInterval                 time.Duration
 	atime, lock                    string
 	ssd                            []string
 	sched, classes, classWeights   string
 	maxPiece, computeElements      string
 	placement, shardSize           string
-	migrate                        time.Duration
 	metricsListen                  string
 	metricsRemote                  bool
 	cluster                        *clusterFlagSet
 
 	// Set by validate: core's options but Log and DeferStamp, and the
-	// tier's but Log.
+	// tier's but Log. --warm-decay and --migrate-interval are bound to
+	// their fields here directly, having nothing to translate.
 	core core.Options
 	tier embedding.Options
 }
@@ -78,7 +78,7 @@ func (o *mountOptions) addPoolFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&o.tailInterval, "tail-interval", "4MiB", "progress of a session segment between persisted tails (a crash redoes at most this per thread)")
 	fl.DurationVar(&o.commitInterval, "commit-interval", core.DefaultCommitInterval, "how often writes that allocate blocks or grow a file are committed without an fsync: the most of them a crash can lose (0 = only at fsync, a metadata change of the file, and unmount)")
 	fl.StringVar(&o.warmBytes, "warm-bytes", "auto", "most freed blocks an emulated pool keeps in its file for the next write instead of punching them at once (auto = half the pool, at most 4GiB; 0 = punch at once)")
-	fl.DurationVar(&o.warmDecay, "warm-decay", core.DefaultWarmDecay, "how long a freed block an emulated pool keeps (--warm-bytes) may stay unused before it is punched")
+	fl.DurationVar(&o.core.WarmDecay, "warm-decay", core.DefaultWarmDecay, "how long a freed block an emulated pool keeps (--warm-bytes) may stay unused before it is punched")
 	fl.StringVar(&o.atime, "atime", "relatime", "when reads update access times: relatime (if not newer than mtime/ctime, or a day old), noatime (never) or strictatime (always)")
 	fl.StringVar(&o.lock, "lock", "range", "data locking: range (per-thread byte-range locks) or file (one lock per file, the kernel file systems' way)")
 }
@@ -93,7 +93,7 @@ func (o *mountOptions) addTierFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&o.computeElements, "compute-elements", "auto", "CPU processing elements that gather and pool embedding lookups' rows after the loaders read them: auto (GOMAXPROCS-1-ceil(devices/2); none if no core is left) or N; 0 pools on the loaders")
 	fl.StringVar(&o.placement, "placement", "free=1,bw=1,spread=1", "shard placement weights: free space, device bandwidth, spread of a table over devices")
 	fl.StringVar(&o.shardSize, "shard-size", "4MiB", "target size of an embedding table shard (the unit of placement and migration)")
-	fl.DurationVar(&o.migrate, "migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
+	fl.DurationVar(&o.tier.Migrate, "migrate-interval", 2*time.Second, "how often the migrator balances hot shards across SSD devices (0 = never)")
 }
 
 // validate checks every flag value that needs no file system, in the order
@@ -146,17 +146,15 @@ func (o *mountOptions) validatePool() error {
 		}
 		o.core.WarmBytes = wb
 	}
-	if o.warmDecay <= 0 {
+	if o.core.WarmDecay <= 0 {
 		return usageError{"--warm-decay: must be positive"}
 	}
-	o.core.WarmDecay = o.warmDecay
 	return nil
 }
 
 // validateTier reads the flags of addTierFlags into tier.
 func (o *mountOptions) validateTier() error {
 	t := &o.tier
-	t.Migrate = o.migrate
 	for _, s := range o.ssd {
 		spec, err := embedding.ParseDeviceSpec(s)
 		if err != nil {
@@ -188,7 +186,7 @@ func (o *mountOptions) validateTier() error {
 	if t.ShardBytes, err = parseSize(o.shardSize); err != nil || t.ShardBytes < 4096 {
 		return usageError{fmt.Sprintf("--shard-size %q: want a size of at least 4KiB", o.shardSize)}
 	}
-	if o.migrate < 0 {
+	if t.Migrate < 0 {
 		return usageError{"--migrate-interval must not be negative"}
 	}
 	return nil

@@ -361,9 +361,7 @@ func (*ErrorReply) Type() Type     { return TypeError }
 func (e *ErrorReply) bodyLen() int { return ErrorSize + len(e.Text) }
 func (e *ErrorReply) check() error {
 	switch {
-	case e.Errno == 0:
-		return ErrErrno
-	case uint64(e.Errno) > 1<<32-1:
+	case e.Errno == 0, uint64(e.Errno) > 1<<32-1:
 		return ErrErrno
 	case len(e.Text) > MaxText || !utf8.ValidString(e.Text):
 		return ErrText

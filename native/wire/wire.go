@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 )
 
@@ -146,6 +147,9 @@ func Append(b []byte, id RequestID, m Message) ([]byte, error) {
 	if h.Type == TypeHello || h.Type == TypeHelloReply {
 		h.Version = HelloVersion
 	}
+	// One allocation for the whole frame, not one per growth step of a
+	// Grant's extents.
+	b = slices.Grow(b, HeaderSize+n)
 	b = AppendHeader(b, h)
 	return m.appendBody(b), nil
 }
@@ -156,6 +160,11 @@ func DecodeBody(h Header, body []byte) (Message, error) {
 	if err := h.check(); err != nil {
 		return nil, err
 	}
+	return decodeBody(h, body)
+}
+
+// decodeBody is DecodeBody for a header already checked.
+func decodeBody(h Header, body []byte) (Message, error) {
 	if len(body) < int(h.BodyLen) {
 		return nil, ErrShort
 	}
@@ -179,7 +188,8 @@ func Decode(b []byte) (Header, Message, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	m, err := DecodeBody(h, b[HeaderSize:])
+	// DecodeHeader checked h: do not check it again.
+	m, err := decodeBody(h, b[HeaderSize:])
 	return h, m, err
 }
 

@@ -403,6 +403,11 @@ def decode_body(h, body):
     """Decode the body of a frame whose header decode_header accepted;
     body must be exactly h.body_len bytes."""
     _check_header(h)
+    return _decode_body(h, body)
+
+
+def _decode_body(h, body):
+    # decode_body for a header already checked.
     if len(body) < h.body_len:
         raise Short()
     if len(body) > h.body_len:
@@ -415,7 +420,8 @@ def decode_body(h, body):
 def decode(b):
     """Decode b, which must hold exactly one frame: (Header, message)."""
     h = decode_header(b)
-    return h, decode_body(h, b[HEADER_SIZE:])
+    # decode_header checked h: do not check it again.
+    return h, _decode_body(h, b[HEADER_SIZE:])
 
 
 def encode(rid, m):

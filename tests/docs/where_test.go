@@ -129,8 +129,11 @@ func checkWhere(where string, decls map[string]map[string]bool) []string {
 // isPath tells a file or directory from a name: it has a slash or a file
 // extension.
 func isPath(tok string) bool {
-	return strings.Contains(tok, "/") || regexp.MustCompile(`\.(go|md|sh|py|json)$`).MatchString(tok)
+	return strings.Contains(tok, "/") || fileExt.MatchString(tok)
 }
+
+// fileExt is compiled once, not for every token isPath looks at.
+var fileExt = regexp.MustCompile(`\.(go|md|sh|py|json)$`)
 
 // definedIn returns the top-level names of a Go file (functions, types,
 // variables, constants; methods as Type.Method, or bare), or of every Go file of a
