@@ -125,7 +125,7 @@ func isMutex(e ast.Expr) bool {
 }
 
 // hasEmbeddedMutex: an anonymous struct type with a mutex field (a
-// package variable's type, or its value's: `var loads = struct{ sync.Mutex; ... }{}`).
+// package variable's type, or its value's: `var x = struct{ sync.Mutex; ... }{}`).
 func hasEmbeddedMutex(e ast.Expr) bool {
 	st, ok := e.(*ast.StructType)
 	if !ok {
