@@ -81,7 +81,7 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 	if err := fs.copyWrite(in, w); err != nil {
 		return 0, false, err
 	}
-	if killed, err = fs.publishWrite(in, w, &callerCred{cl: cl}); err != nil {
+	if killed, err = fs.publishWrite(in, w, cl); err != nil {
 		return 0, false, err
 	}
 	fs.sessionProgress(in, cl, l.PID, uint64(w.off), uint64(len(w.data)), true)
@@ -271,7 +271,7 @@ func (in *Inode) lostOverwrite(old []format.Extent, off int64, stored int, werr 
 // fsync'ed, and never shows a block before its data), and the
 // privileges the write kills. It reports whether it cleared
 // setuid/setgid.
-func (fs *FS) publishWrite(in *Inode, w *writePlan, cc *callerCred) (killed bool, err error) {
+func (fs *FS) publishWrite(in *Inode, w *writePlan, cl Caller) (killed bool, err error) {
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(w.data)))
 	now := time.Now().UnixNano()
@@ -281,7 +281,7 @@ func (fs *FS) publishWrite(in *Inode, w *writePlan, cc *callerCred) (killed bool
 	// kernel leaves that to us on direct-I/O writes). Its credentials are
 	// read only when the file has one of the bits, decided here, under
 	// in.mu, with the change.
-	cr := cc.getLocked(in, hasPrivs(in.d.Mode))
+	cr := credLocked(cl, in, hasPrivs(in.d.Mode))
 	walk(w.exts, w.off, int64(len(w.data)), func(p int64, _, k int) {
 		if p >= 0 {
 			first := Blk(p / bs)
