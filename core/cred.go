@@ -94,7 +94,7 @@ func (cr cred) inGroup(gid uint32) bool {
 // a regular file loses setuid, and setgid when it is group-executable
 // or cr is not in the file's group, unless cr has CAP_FSETID.
 func (cr cred) afterData(mode, gid uint32) uint32 {
-	if mode&format.ModeType != format.ModeReg || mode&(modeSUID|modeSGID) == 0 || cr.fsetid {
+	if mode&format.ModeType != format.ModeReg || !hasPrivs(mode) || cr.fsetid {
 		return mode
 	}
 	mode &^= modeSUID
