@@ -35,9 +35,8 @@ func (fs *FS) SetFileFlags(cl Caller, in *Inode, flags uint32) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	// Credentials only when a guarded flag changes, decided under in.mu
-	// with the change (getLocked reads /proc with in.mu dropped).
-	cc := callerCred{cl: cl}
-	cr := cc.getLocked(in, (in.d.Flags^flags)&guarded != 0)
+	// with the change (credLocked reads /proc with in.mu dropped).
+	cr := credLocked(cl, in, (in.d.Flags^flags)&guarded != 0)
 	old := in.d.Flags & format.InodeAttrFlags
 	if (old^flags)&guarded != 0 && !cr.immut {
 		return ErrFlagPerm

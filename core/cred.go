@@ -94,7 +94,7 @@ func (cr cred) inGroup(gid uint32) bool {
 // a regular file loses setuid, and setgid when it is group-executable
 // or cr is not in the file's group, unless cr has CAP_FSETID.
 func (cr cred) afterData(mode, gid uint32) uint32 {
-	if mode&format.ModeType != format.ModeReg || mode&(modeSUID|modeSGID) == 0 || cr.fsetid {
+	if mode&format.ModeType != format.ModeReg || !hasPrivs(mode) || cr.fsetid {
 		return mode
 	}
 	mode &^= modeSUID
@@ -119,37 +119,25 @@ func (cr cred) afterChown(mode, gid uint32) uint32 {
 	return mode
 }
 
-// callerCred reads a caller's credentials at most once, and only when a
-// change turns out to need them (the file has setuid or setgid, or a
-// guarded attribute flag changes). What the change needs is known only
-// under Inode.mu, where /proc is not read: getLocked drops and retakes
-// in.mu to read them, so its caller reads in's fields after it. Deciding
-// from a read made before taking in.mu would miss a chmod in between and
-// leave setuid on a file written by an unprivileged caller.
-type callerCred struct {
-	cl Caller
-	cr *cred
-}
-
-// keepBits is what getLocked returns when no credentials are needed:
-// a cred that keeps every mode bit.
-var keepBits = cred{fsetid: true}
-
-// getLocked returns the caller's credentials if need (or if read already),
-// else keepBits. The first read drops and retakes in.mu.
+// credLocked returns cl's credentials if need, else keepBits. What a
+// change needs is known only under Inode.mu, where /proc is not read: a
+// read drops and retakes in.mu, so the caller reads in's fields after
+// it. Deciding from a read made before taking in.mu would miss a chmod
+// in between and leave setuid on a file written by an unprivileged
+// caller.
 // Precondition: in.mu is held.
-func (cc *callerCred) getLocked(in *Inode, need bool) cred {
-	if cc.cr == nil && !need {
+func credLocked(cl Caller, in *Inode, need bool) cred {
+	if !need {
 		return keepBits
 	}
-	if cc.cr == nil {
-		in.mu.Unlock()
-		c := cc.cl.cred()
-		in.mu.Lock()
-		cc.cr = &c
-	}
-	return *cc.cr
+	in.mu.Unlock()
+	defer in.mu.Lock()
+	return cl.cred()
 }
+
+// keepBits is what credLocked returns when no credentials are needed:
+// a cred that keeps every mode bit.
+var keepBits = cred{fsetid: true}
 
 // hasPrivs reports whether mode has setuid or setgid, which a data change
 // or chown may clear.

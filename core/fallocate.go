@@ -46,8 +46,7 @@ func (fs *FS) FallocateAs(cl Caller, in *Inode, off, n uint64, mode uint32) erro
 	defer unlock()
 	// Credentials only when the file has setuid or setgid, decided under
 	// in.mu with the change.
-	cc := callerCred{cl: cl}
-	cr := cc.getLocked(in, hasPrivs(in.d.Mode))
+	cr := credLocked(cl, in, hasPrivs(in.d.Mode))
 	// An append-only file may only be given blocks, as vfs_fallocate says.
 	if err := in.checkChangeLocked(); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/dnnfs/dnnfs/format"
@@ -47,10 +48,10 @@ func (fs *FS) RenameAs(cl Caller, src *Inode, name string, dst *Inode, newName s
 	}
 	fs.nsMu.Lock()
 	defer fs.nsMu.Unlock()
-	ls := lockSet{}
+	var ls lockSet
 	defer ls.unlock()
 	r := &renameOp{src: src, dst: dst, name: name, newName: newName, flags: flags}
-	if noop, err := fs.resolveRenameLocked(r, ls); noop || err != nil {
+	if noop, err := fs.resolveRenameLocked(r, &ls); noop || err != nil {
 		return err
 	}
 	return fs.commitRenameLocked(r, cl)
@@ -71,21 +72,26 @@ func checkRename(name, newName string, flags uint32) error {
 	return nil
 }
 
-// lockSet holds several Inode.mu at once, each once: safe only under
-// FS.nsMu (DESIGN.md §Lock order).
-type lockSet map[*Inode]bool
+// lockSet holds the Inode.mu of a rename's inodes (src, dst, mover,
+// target: at most four), each once: safe only under FS.nsMu (DESIGN.md
+// §Lock order). An array, not a map: no allocation per rename.
+type lockSet struct {
+	held [4]*Inode
+	n    int
+}
 
 // lock takes in.mu unless held already (or in is nil).
-func (ls lockSet) lock(in *Inode) {
-	if in == nil || ls[in] {
+func (ls *lockSet) lock(in *Inode) {
+	if in == nil || slices.Contains(ls.held[:ls.n], in) {
 		return
 	}
 	in.mu.Lock()
-	ls[in] = true
+	ls.held[ls.n] = in
+	ls.n++
 }
 
-func (ls lockSet) unlock() {
-	for in := range ls {
+func (ls *lockSet) unlock() {
+	for _, in := range ls.held[:ls.n] {
 		in.mu.Unlock()
 	}
 }
@@ -104,7 +110,7 @@ type renameOp struct {
 // and checks the rename may happen (may_delete, may_create, types,
 // emptiness). noop: the names are two links to one file.
 // Precondition: FS.nsMu is held.
-func (fs *FS) resolveRenameLocked(r *renameOp, ls lockSet) (noop bool, err error) {
+func (fs *FS) resolveRenameLocked(r *renameOp, ls *lockSet) (noop bool, err error) {
 	src, dst := r.src, r.dst
 	ls.lock(src)
 	ls.lock(dst)

@@ -26,7 +26,7 @@ func (fs *FS) Setattr(in *Inode, sa SetAttr) error {
 // cred.afterData, cred.afterChown), in the same transaction. The mode a
 // chmod sets is taken as given: the kernel has applied its rules to it.
 func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
-	op := &attrOp{sa: sa, cc: callerCred{cl: cl}}
+	op := &attrOp{sa: sa, cl: cl}
 	if sa.Size != nil {
 		if !in.IsTable() {
 			if err := fs.truncate(in, *sa.Size, op); err != nil || sa.Mode == nil {
@@ -73,7 +73,7 @@ func (fs *FS) SetattrAs(cl Caller, in *Inode, sa SetAttr) error {
 // truncate in the same transaction when the size changes too.
 type attrOp struct {
 	sa SetAttr
-	cc callerCred
+	cl Caller
 	cr cred // set by credLocked
 }
 
@@ -89,7 +89,7 @@ func (a *attrOp) credLocked(in *Inode) {
 	if a.sa.Mode != nil {
 		mode = *a.sa.Mode
 	}
-	a.cr = a.cc.getLocked(in, (a.sa.Size != nil || a.chown()) && hasPrivs(mode))
+	a.cr = credLocked(a.cl, in, (a.sa.Size != nil || a.chown()) && hasPrivs(mode))
 }
 
 // apply makes the changes to nd, in's next inode.

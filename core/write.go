@@ -74,14 +74,14 @@ func (fs *FS) WritePrivsAs(cl Caller, in *Inode, off int64, data []byte, appendM
 		return 0, false, err
 	}
 	defer in.locks.Release(l)
-	w, err := fs.planWrite(in, off, data, appendMode)
-	if err != nil {
+	var w writePlan // on the stack: no allocation per write
+	if err := fs.planWrite(&w, in, off, data, appendMode); err != nil {
 		return 0, false, err
 	}
-	if err := fs.copyWrite(in, w); err != nil {
+	if err := fs.copyWrite(in, &w); err != nil {
 		return 0, false, err
 	}
-	if killed, err = fs.publishWrite(in, w, &callerCred{cl: cl}); err != nil {
+	if killed, err = fs.publishWrite(in, &w, cl); err != nil {
 		return 0, false, err
 	}
 	fs.sessionProgress(in, cl, l.PID, uint64(w.off), uint64(len(w.data)), true)
@@ -165,28 +165,28 @@ type writePlan struct {
 	werr      error           // clearing the old end of file failed: the write fails after the copy step aborts
 }
 
-// planWrite, under in.mu, checks the flags, fixes an append's offset, allocates blocks for
-// the holes the write covers and clears the bytes between the old end of
-// file and the write.
-func (fs *FS) planWrite(in *Inode, off int64, data []byte, appendMode bool) (*writePlan, error) {
+// planWrite fills w: under in.mu, it checks the flags, fixes an append's
+// offset, allocates blocks for the holes the write covers and clears the
+// bytes between the old end of file and the write.
+func (fs *FS) planWrite(w *writePlan, in *Inode, off int64, data []byte, appendMode bool) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	// Again, now that the write holds its range: lockWrite's check came
 	// before its wait, and a flag set meanwhile refuses the write as one
 	// set before it began.
 	if err := in.checkWriteLocked(off, appendMode); err != nil {
-		return nil, err
+		return err
 	}
 	if appendMode {
 		off = int64(in.d.Size)
 		var err error
 		if data, err = clampWrite(off, data); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	end := off + int64(len(data))
 	size := int64(in.d.Size)
-	w := &writePlan{off: off, end: end, data: data, b0: uint64(off) / bs, b1: (uint64(end) + bs - 1) / bs}
+	*w = writePlan{off: off, end: end, data: data, b0: uint64(off) / bs, b1: (uint64(end) + bs - 1) / bs}
 	// A change only for a write that allocates (it holds the blocks
 	// until they are the inode's) or kills privileges (publishWrite): an
 	// overwrite, or a write into fallocated blocks, needs none.
@@ -195,7 +195,7 @@ func (fs *FS) planWrite(in *Inode, off int64, data []byte, appendMode bool) (*wr
 		var err error
 		if w.added, err = w.c.fillHolesLocked(in, holes, false, false); err != nil {
 			w.c.abort()
-			return nil, err
+			return err
 		}
 	}
 	// Blocks fallocate left unwritten become data: the extent map
@@ -205,7 +205,7 @@ func (fs *FS) planWrite(in *Inode, off int64, data []byte, appendMode bool) (*wr
 		w.werr = fs.zeroTailLocked(in, size, off)
 	}
 	w.old = in.exts
-	return w, nil
+	return nil
 }
 
 // copyWrite stores the data, holding only the range lock: its blocks are
@@ -271,7 +271,7 @@ func (in *Inode) lostOverwrite(old []format.Extent, off int64, stored int, werr 
 // fsync'ed, and never shows a block before its data), and the
 // privileges the write kills. It reports whether it cleared
 // setuid/setgid.
-func (fs *FS) publishWrite(in *Inode, w *writePlan, cc *callerCred) (killed bool, err error) {
+func (fs *FS) publishWrite(in *Inode, w *writePlan, cl Caller) (killed bool, err error) {
 	fs.stats.Writes.Add(1)
 	fs.stats.WriteBytes.Add(uint64(len(w.data)))
 	now := time.Now().UnixNano()
@@ -281,7 +281,7 @@ func (fs *FS) publishWrite(in *Inode, w *writePlan, cc *callerCred) (killed bool
 	// kernel leaves that to us on direct-I/O writes). Its credentials are
 	// read only when the file has one of the bits, decided here, under
 	// in.mu, with the change.
-	cr := cc.getLocked(in, hasPrivs(in.d.Mode))
+	cr := credLocked(cl, in, hasPrivs(in.d.Mode))
 	walk(w.exts, w.off, int64(len(w.data)), func(p int64, _, k int) {
 		if p >= 0 {
 			first := Blk(p / bs)

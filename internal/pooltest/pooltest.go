@@ -36,22 +36,9 @@ func MustOpen(t testing.TB, opts Options) (*core.FS, pmem.Medium) {
 		opts.Size = DefaultSize
 	}
 	m := pmemtest.NewMemory(t, opts.Size)
-	return Open(t, m, opts), m
-}
-
-// Format formats m, failing t if it cannot.
-func Format(t testing.TB, m pmem.Medium, opts Options) {
-	t.Helper()
 	if err := core.Format(m, opts.UID, opts.GID); err != nil {
 		t.Fatalf("formatting the test pool: %v", err)
 	}
-}
-
-// Open formats m and opens the pool on it, closed at cleanup (m itself
-// is checked only if the caller registered it with pmemtest).
-func Open(t testing.TB, m pmem.Medium, opts Options) *core.FS {
-	t.Helper()
-	Format(t, m, opts)
 	fs, _, err := core.Open(m, opts.Core)
 	if err != nil {
 		t.Fatalf("opening the test pool: %v", err)
@@ -61,5 +48,5 @@ func Open(t testing.TB, m pmem.Medium, opts Options) *core.FS {
 			t.Errorf("closing the test pool: %v", err)
 		}
 	})
-	return fs
+	return fs, m
 }
