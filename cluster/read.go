@@ -119,17 +119,18 @@ func (n *Node) fillAll(ctx context.Context, f *file) error {
 // was changed locally, whose bytes are the writer's), and returns once it
 // is in the pool; errMoved when f is at another version than ver, before
 // or after the fetch (the chunk fetched is then not the file's).
+// ver is never 0: its callers return before for a file never committed.
 func (n *Node) fillChunk(ctx context.Context, f *file, ver namespace.Version, i namespace.ChunkIdx) error {
 	f.mu.Lock()
 	if f.ver != ver {
 		f.mu.Unlock()
 		return errMoved
 	}
-	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.ver == 0 {
+	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
 		f.mu.Unlock()
 		return nil
 	}
-	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(f.ver), Idx: objstore.ChunkIdx(i)}
+	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(ver), Idx: objstore.ChunkIdx(i)}
 	f.mu.Unlock()
 	data, src, err := n.peer.Fetch(ctx, ref)
 	n.log.Debug("chunk fetched", zap.Stringer("chunk", ref), zap.Stringer("source", src), zap.Error(err))
