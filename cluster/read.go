@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,26 +25,30 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 	if f == nil {
 		return nil
 	}
+	return n.fill(ctx, f, off, length, true)
+}
+
+// fill brings the chunks of f's version that [off, off+length) covers (up
+// to its size) into the pool, then, with ahead, reads ahead of them.
+func (n *Node) fill(ctx context.Context, f *file, off, length int64, ahead bool) error {
 	for {
 		// The version, chunk size and size read together: a newer
 		// version met while filling starts the fill again on it.
 		f.mu.Lock()
-		ver, cs, size := f.ver, f.cs, int64(in.Attr().Size)
+		ver, cs, size := f.ver, f.cs, int64(f.in.Attr().Size)
 		f.mu.Unlock()
 		if ver == 0 || cs <= 0 || off >= size {
 			return nil
 		}
-		end := min(off+length, size)
-		last := (end - 1) / cs
+		last := (min(off+length, size) - 1) / cs
 		err := n.fillChunks(ctx, f, ver, off/cs, last)
 		if errors.Is(err, errMoved) {
 			continue
 		}
-		if err != nil {
-			return err
+		if err == nil && ahead {
+			n.readAhead(f, ver, last+1, size, cs)
 		}
-		n.readAhead(f, ver, last+1, size, cs)
-		return nil
+		return err
 	}
 }
 
@@ -102,17 +107,7 @@ func (n *Node) readAhead(f *file, ver namespace.Version, next, size, cs int64) {
 // fillAll brings every chunk of f's version into the pool (a writer's open
 // without O_TRUNC).
 func (n *Node) fillAll(ctx context.Context, f *file) error {
-	for {
-		f.mu.Lock()
-		cs, size, ver := f.cs, int64(f.in.Attr().Size), f.ver
-		f.mu.Unlock()
-		if ver == 0 || cs <= 0 || size == 0 {
-			return nil
-		}
-		if err := n.fillChunks(ctx, f, ver, 0, (size-1)/cs); !errors.Is(err, errMoved) {
-			return err
-		}
-	}
+	return n.fill(ctx, f, 0, math.MaxInt64, false)
 }
 
 // fillChunk fetches chunk i of version ver of f unless it is present (or
