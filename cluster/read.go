@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,26 +25,30 @@ func (n *Node) Fill(ctx context.Context, in *core.Inode, off, length int64) erro
 	if f == nil {
 		return nil
 	}
+	return n.fill(ctx, f, off, length, true)
+}
+
+// fill brings the chunks of f's version that [off, off+length) covers (up
+// to its size) into the pool, then, with ahead, reads ahead of them.
+func (n *Node) fill(ctx context.Context, f *file, off, length int64, ahead bool) error {
 	for {
 		// The version, chunk size and size read together: a newer
 		// version met while filling starts the fill again on it.
 		f.mu.Lock()
-		ver, cs, size := f.ver, f.cs, int64(in.Attr().Size)
+		ver, cs, size := f.ver, f.cs, int64(f.in.Attr().Size)
 		f.mu.Unlock()
 		if ver == 0 || cs <= 0 || off >= size {
 			return nil
 		}
-		end := min(off+length, size)
-		last := (end - 1) / cs
+		last := (min(off+length, size) - 1) / cs
 		err := n.fillChunks(ctx, f, ver, off/cs, last)
 		if errors.Is(err, errMoved) {
 			continue
 		}
-		if err != nil {
-			return err
+		if err == nil && ahead {
+			n.readAhead(f, ver, last+1, size, cs)
 		}
-		n.readAhead(f, ver, last+1, size, cs)
-		return nil
+		return err
 	}
 }
 
@@ -102,34 +107,25 @@ func (n *Node) readAhead(f *file, ver namespace.Version, next, size, cs int64) {
 // fillAll brings every chunk of f's version into the pool (a writer's open
 // without O_TRUNC).
 func (n *Node) fillAll(ctx context.Context, f *file) error {
-	for {
-		f.mu.Lock()
-		cs, size, ver := f.cs, int64(f.in.Attr().Size), f.ver
-		f.mu.Unlock()
-		if ver == 0 || cs <= 0 || size == 0 {
-			return nil
-		}
-		if err := n.fillChunks(ctx, f, ver, 0, (size-1)/cs); !errors.Is(err, errMoved) {
-			return err
-		}
-	}
+	return n.fill(ctx, f, 0, math.MaxInt64, false)
 }
 
 // fillChunk fetches chunk i of version ver of f unless it is present (or
 // was changed locally, whose bytes are the writer's), and returns once it
 // is in the pool; errMoved when f is at another version than ver, before
 // or after the fetch (the chunk fetched is then not the file's).
+// ver is never 0: its callers return before for a file never committed.
 func (n *Node) fillChunk(ctx context.Context, f *file, ver namespace.Version, i namespace.ChunkIdx) error {
 	f.mu.Lock()
 	if f.ver != ver {
 		f.mu.Unlock()
 		return errMoved
 	}
-	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) || f.ver == 0 {
+	if f.present.Has(i) || f.changed.Has(i) || f.inflight.Has(i) {
 		f.mu.Unlock()
 		return nil
 	}
-	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(f.ver), Idx: objstore.ChunkIdx(i)}
+	ref := objstore.ChunkRef{File: objstore.FileID(f.id), Ver: objstore.Version(ver), Idx: objstore.ChunkIdx(i)}
 	f.mu.Unlock()
 	data, src, err := n.peer.Fetch(ctx, ref)
 	n.log.Debug("chunk fetched", zap.Stringer("chunk", ref), zap.Stringer("source", src), zap.Error(err))

@@ -84,7 +84,14 @@ func (n *Node) applyMetaLocked(f *file, rec namespace.FileRecord, rev int64) {
 		n.log.Warn("taking another node's chmod/chown/utimes", zap.String("id", string(f.id)), zap.Error(err))
 		return
 	}
-	f.base, f.mtime = rev, rec.Mtime
+	n.rebaseLocked(f, rev, rec.Mtime)
+}
+
+// rebaseLocked makes rev (with its mtime) the base of f's next commit and
+// saves it; a failed save is logged.
+// Precondition: f.mu is held.
+func (n *Node) rebaseLocked(f *file, rev, mtime int64) {
+	f.base, f.mtime = rev, mtime
 	if err := n.saveLocked(f); err != nil {
 		n.log.Warn("saving the cluster state", zap.String("id", string(f.id)), zap.Error(err))
 	}
@@ -143,10 +150,7 @@ func (n *Node) MetaChanged(ctx context.Context, in *core.Inode) error {
 		case err == nil:
 			f.mu.Lock()
 			if f.ver == rec.Version && rev > f.base {
-				f.base, f.mtime = rev, rec.Mtime
-				if err := n.saveLocked(f); err != nil {
-					n.log.Warn("saving the cluster state", zap.String("id", string(f.id)), zap.Error(err))
-				}
+				n.rebaseLocked(f, rev, rec.Mtime)
 			}
 			f.mu.Unlock()
 			return nil
